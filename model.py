@@ -218,6 +218,40 @@ class DecoderBlock(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
+class LinearCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of the logits x @ weight.T against targets (-1 = ignored), in chunks of rows, so
+    the (N, vocab) logits never exist at once; the gradients are taken on the way, while the softmax is at hand.
+    Same result as F.cross_entropy(x @ weight.T, targets); on a CPU it saves the memory traffic of full logits."""
+
+    @staticmethod
+    def forward(ctx, x, weight, targets, chunk_size):
+        valid = targets != -1
+        n = valid.sum().clamp(min=1)
+        loss = torch.zeros((), device=x.device, dtype=torch.float32)
+        need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        grad_x, grad_weight = torch.empty_like(x), torch.zeros_like(weight, dtype=torch.float32)
+        w = weight.to(x.dtype)
+        for i in range(0, x.size(0), chunk_size):
+            xc, tc, vc = x[i:i + chunk_size], targets[i:i + chunk_size].clamp(min=0), valid[i:i + chunk_size]
+            logits = (xc @ w.T).float()  # (chunk, vocab)
+            lse = torch.logsumexp(logits, dim=-1)
+            loss += ((lse - logits.gather(1, tc[:, None])[:, 0]) * vc).sum()
+            if need_grad:
+                # d loss / d logits = (softmax - one_hot(target)) / n, on the rows that count
+                grad = logits.sub_(lse[:, None]).exp_()
+                grad[torch.arange(len(tc), device=x.device), tc] -= 1
+                grad = grad.mul_(vc[:, None] / n).to(x.dtype)
+                grad_x[i:i + chunk_size] = grad @ w
+                grad_weight.addmm_(grad.T.float(), xc.float())
+        ctx.save_for_backward(grad_x, grad_weight.to(weight.dtype))
+        return loss / n
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        grad_x, grad_weight = ctx.saved_tensors
+        return grad_x * grad_loss, grad_weight * grad_loss, None, None
+
+
 class Transformer(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -269,7 +303,9 @@ class Transformer(nn.Module):
         """Embeddings of the positions of the next tokens, t0+1 .. t0+T: (T, C)."""
         return self.wpe(torch.arange(t0 + 1, t0 + T + 1, device=self.wpe.weight.device))
 
-    def forward(self, idx, targets=None, cache=None):
+    def forward(self, idx, targets=None, cache=None, return_logits=True):
+        """Returns (logits, loss). With targets, loss is the training loss; return_logits=False skips the
+        (B, T, vocab) logits and takes the loss from LinearCrossEntropy instead (the faster path on a CPU)."""
         c = self.config
         B, T = idx.size()
         t0 = cache.get("length", 0) if cache is not None else 0  # positions already in the cache
@@ -315,8 +351,11 @@ class Transformer(nn.Module):
 
         if targets is None:
             return self.lm_head(x[:, [-1], :]), None  # only the last position is needed to generate
-        logits = self.lm_head(x)  # (B, T, vocab)
-        ce = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        if return_logits:
+            logits = self.lm_head(x)  # (B, T, vocab)
+            ce = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        else:
+            logits, ce = None, LinearCrossEntropy.apply(x.reshape(B * T, -1), self.lm_head.weight, targets.view(-1), 128)
         loss, embedding_loss = ce, None
         if c.embedding_loss != "none":
             embedding_loss = self.embedding_dissimilarity(E, encoder_out).mean()

@@ -325,3 +325,25 @@ def test_defaults_are_seed_001_best_configuration():
     assert (c.sub_pos_embed, c.add_pos_embed_to_decoder, c.decoder_order) == ("yes", False, "self_first")
     b = ModelConfig(variant="baseline")
     assert (b.embedding_loss, b.sub_pos_embed, b.cross_n_head) == ("none", "no", None)
+
+
+# --- the fast loss path ---
+
+@pytest.mark.parametrize("variant", ["baseline", "encdec"])
+def test_loss_without_logits_equals_the_logits_path_in_value_and_gradient(variant):
+    model = tiny(variant=variant).train()
+    idx, targets = tokens(B=12), tokens(B=12, seed=3)  # 144 rows: more than one chunk of 128
+    targets[:, :5] = -1
+    with_logits = gradients_of(model, idx, targets, return_logits=True)
+    without = gradients_of(model, idx, targets, return_logits=False)
+    assert without["logits"] is None and with_logits["logits"].shape == (12, 12, 37)
+    assert without["loss"] == pytest.approx(with_logits["loss"], rel=1e-6)
+    for name, g in with_logits["grads"].items():
+        torch.testing.assert_close(without["grads"][name], g, rtol=1e-4, atol=1e-7)
+
+
+def gradients_of(model, idx, targets, return_logits):
+    model.zero_grad()
+    logits, loss = model(idx, targets, return_logits=return_logits)
+    loss.backward()
+    return dict(logits=logits, loss=loss.item(), grads={n: p.grad.clone() for n, p in model.named_parameters()})
