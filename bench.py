@@ -1,0 +1,182 @@
+"""
+Benchmark of the three variants: training throughput, MFU, peak memory and sampling speed with and without
+the KV cache. Variants run interleaved, repeat by repeat, so that machine noise hits them alike; figures are
+medians over repeats, warm-up excluded.
+
+    python bench.py                  # paper configs and CPU-scale configs
+    python bench.py --quick          # fewer repeats, no 1000-token sampling
+    python bench.py --device=cuda --dtype=bfloat16 --compile
+"""
+
+import argparse
+import contextlib
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+from model import ModelConfig, build_model
+
+CONFIGS = {  # name -> config files; the model flags are read from them, as train.py does
+    "paper": ["config/paper_baseline.py", "config/paper_encdec_mse_pos_sub.py", "config/paper_parallel.py"],
+    "cpu": ["config/cpu_baseline.py", "config/cpu_encdec_mse_pos_sub.py", "config/cpu_parallel.py"],
+}
+
+
+def model_config(path):
+    scope = {}
+    exec(open(path).read(), scope)
+    return ModelConfig(**{k: scope[k] for k in ModelConfig.flags() if k in scope})
+
+
+def sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def matmul_peak(device, dtype, n, repeats):
+    """FLOP/s of an n x n x n matmul in the run's dtype: the peak that MFU is measured against."""
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
+    times = []
+    for _ in range(repeats + 2):
+        sync(device)
+        t0 = time.perf_counter()
+        a @ b
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return 2 * n ** 3 / statistics.median(times[2:])
+
+
+class Trainer:
+    """One model with its optimizer and a fixed batch; step() is forward + backward + AdamW."""
+
+    def __init__(self, config, batch_size, device, dtype, compile):
+        torch.manual_seed(0)
+        self.model = build_model(config).to(device).train()
+        self.optimizer = self.model.configure_optimizer(0.1, 1e-4, (0.9, 0.95), device)
+        self.forward = torch.compile(self.model) if compile else self.model
+        self.x, self.y = (torch.randint(0, config.vocab_size, (batch_size, config.context_size), device=device) for _ in range(2))
+        self.ctx = torch.autocast(device, dtype=dtype) if device == "cuda" and dtype != torch.float32 else contextlib.nullcontext()
+        self.device = device
+
+    def step(self):
+        sync(self.device)
+        t0 = time.perf_counter()
+        with self.ctx:
+            _, loss = self.forward(self.x, self.y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        sync(self.device)
+        return time.perf_counter() - t0
+
+
+def sampling_time(model, new_tokens, use_cache, device):
+    model.eval()
+    prompt = torch.zeros(1, 1, dtype=torch.long, device=device)
+    sync(device)
+    t0 = time.perf_counter()
+    out = model.generate(prompt, new_tokens, top_k=1, use_cache=use_cache)
+    sync(device)
+    model.train()
+    return time.perf_counter() - t0, out
+
+
+def peak_memory(path, batch_size, args):
+    """Peak memory of one training step, in MiB: CUDA's allocator peak, or on CPU the peak resident size of
+    a fresh process running the step, less that of the process before the model was built."""
+    cmd = [sys.executable, __file__, "--memory_of", path, f"--batch_size={batch_size}", f"--device={args.device}", f"--dtype={args.dtype}"]
+    return float(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split()[-1])
+
+
+def resident_mib(field):
+    """VmRSS (now) or VmHWM (peak) of this process. Not ru_maxrss: Linux carries the parent's peak into it."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field)) / 1024
+
+
+def memory_of(args):
+    device, dtype = args.device, getattr(torch, args.dtype)
+    before = resident_mib("VmRSS") if device == "cpu" else 0
+    trainer = Trainer(model_config(args.memory_of), args.batch_size, device, dtype, compile=False)
+    trainer.step()
+    if device == "cuda":
+        print(torch.cuda.max_memory_allocated() / 2 ** 20)
+    else:
+        print(resident_mib("VmHWM") - before)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", default=None, help="float32 (CPU default) or bfloat16 (CUDA default)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the training step")
+    parser.add_argument("--quick", action="store_true", help="fewer repeats, no 1000-token sampling")
+    parser.add_argument("--configs", default="paper,cpu", help="comma-separated: paper, cpu")
+    parser.add_argument("--repeats", type=int, default=None, help="timed training steps per variant (default 15; quick 5)")
+    parser.add_argument("--batch_size", type=int, default=8)
+    parser.add_argument("--json", default=None, help="also write the rows to this file")
+    parser.add_argument("--memory_of", default=None, help=argparse.SUPPRESS)  # internal: one step in a fresh process
+    args = parser.parse_args()
+    args.dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
+    if args.memory_of:
+        return memory_of(args)
+    device, dtype = args.device, getattr(torch, args.dtype)
+    repeats = args.repeats or (5 if args.quick else 15)
+    sample_lengths = (200,) if args.quick else (200, 1000)
+    sample_repeats = 1 if args.quick else 3
+
+    peak = max(matmul_peak(device, dtype, n, 10) for n in (1024, 2048))
+    print(f"device {device}, dtype {args.dtype}, threads {torch.get_num_threads()}, compile {args.compile}, "
+          f"torch {torch.__version__}; measured {args.dtype} matmul peak: {peak / 1e9:.1f} GFLOP/s")
+    rows = []
+    for name in args.configs.split(","):
+        paths = CONFIGS[name]
+        trainers = [Trainer(model_config(p), args.batch_size, device, dtype, args.compile) for p in paths]
+        for t in trainers:  # warm-up (and compilation) excluded from timing
+            t.step(), t.step()
+        times = [[] for _ in trainers]
+        for _ in range(repeats):  # interleaved: each repeat times every variant once
+            for t, ts in zip(trainers, times):
+                ts.append(t.step())
+        for path, t, ts in zip(paths, trainers, times):
+            c = t.model.config
+            tokens_per_s = args.batch_size * c.context_size / statistics.median(ts)
+            row = dict(configs=name, variant=c.variant, file=path, params=t.model.num_params(),
+                       train_tokens_per_s=tokens_per_s, mfu=t.model.flops_per_token(c.context_size) * tokens_per_s / peak,
+                       peak_mem_mib=peak_memory(path, args.batch_size, args))
+            for n in sample_lengths:
+                for use_cache in (True, False):
+                    runs = [sampling_time(t.model, n, use_cache, device) for _ in range(sample_repeats)]
+                    row[f"sample{n}_{'cache' if use_cache else 'nocache'}"] = n / statistics.median(r[0] for r in runs)
+                    row[f"sample{n}_out_{use_cache}"] = runs[0][1]
+                row[f"sample{n}_identical"] = torch.equal(row.pop(f"sample{n}_out_True"), row.pop(f"sample{n}_out_False"))
+            rows.append(row)
+        del trainers
+
+    head = f"{'configs':7} {'variant':9} {'params':>11} {'train tok/s':>11} {'MFU':>6} {'peak MiB':>9}"
+    for n in sample_lengths:
+        head += f" {f'sample{n} cache':>15} {'no cache':>9} {'speedup':>8} {'same':>5}"
+    print(head)
+    for r in rows:
+        line = f"{r['configs']:7} {r['variant']:9} {r['params']:>11,} {r['train_tokens_per_s']:>11,.0f} {r['mfu']:>6.1%} {r['peak_mem_mib']:>9,.0f}"
+        for n in sample_lengths:
+            cache, nocache = r[f"sample{n}_cache"], r[f"sample{n}_nocache"]
+            line += f" {cache:>15,.1f} {nocache:>9,.1f} {cache / nocache:>7.1f}x {'yes' if r[f'sample{n}_identical'] else 'NO':>5}"
+        print(line)
+    for name in args.configs.split(","):
+        by_variant = {r["variant"]: r for r in rows if r["configs"] == name}
+        base = by_variant["baseline"]["train_tokens_per_s"]
+        print(f"{name}: training tokens/s relative to the baseline: " +
+              ", ".join(f"{v} {r['train_tokens_per_s'] / base:.3f}" for v, r in by_variant.items() if v != "baseline"))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(peak_flops=peak, rows=rows, args=vars(args)), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
