@@ -224,11 +224,11 @@ class LinearCrossEntropy(torch.autograd.Function):
     Same result as F.cross_entropy(x @ weight.T, targets); on a CPU it saves the memory traffic of full logits."""
 
     @staticmethod
-    def forward(ctx, x, weight, targets, chunk_size):
+    def forward(ctx, x, weight, targets, chunk_size, grad_enabled):
         valid = targets != -1
         n = valid.sum().clamp(min=1)
         loss = torch.zeros((), device=x.device, dtype=torch.float32)
-        need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        need_grad = grad_enabled and (ctx.needs_input_grad[0] or ctx.needs_input_grad[1])  # not under no_grad
         grad_x, grad_weight = torch.empty_like(x), torch.zeros_like(weight, dtype=torch.float32)
         w = weight.to(x.dtype)
         for i in range(0, x.size(0), chunk_size):
@@ -249,7 +249,7 @@ class LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss):
         grad_x, grad_weight = ctx.saved_tensors
-        return grad_x * grad_loss, grad_weight * grad_loss, None, None
+        return grad_x * grad_loss, grad_weight * grad_loss, None, None, None
 
 
 class Transformer(nn.Module):
@@ -355,7 +355,7 @@ class Transformer(nn.Module):
             logits = self.lm_head(x)  # (B, T, vocab)
             ce = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
         else:
-            logits, ce = None, LinearCrossEntropy.apply(x.reshape(B * T, -1), self.lm_head.weight, targets.view(-1), 128)
+            logits, ce = None, LinearCrossEntropy.apply(x.reshape(B * T, -1), self.lm_head.weight, targets.view(-1), 128, torch.is_grad_enabled())
         loss, embedding_loss = ce, None
         if c.embedding_loss != "none":
             embedding_loss = self.embedding_dissimilarity(E, encoder_out).mean()
