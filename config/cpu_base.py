@@ -1,0 +1,18 @@
+# CPU-scale versions of the seed runs: the WikiText-2 sample, byte tokens, ~2 minutes each on a 2-core CPU.
+# Prepare the data once:
+#   python prepare_wikipedia.py --input ../shared/data/wikitext-2/valid.txt --name=wikitext2 --tokenizer=byte
+# As in the seeds, each encoder-decoder has at most the parameters of cpu_baseline.py (checked by test_train.py).
+dataset = "wikitext2"
+device = "cpu"
+dtype = "float32"
+context_size = 128
+batch_size = 16
+gradient_accumulation_steps = 1
+max_iters = 300
+learning_rate = 2e-3
+min_lr = 2e-4
+warmup_iters = 20
+lr_decay_iters = 300
+eval_interval = 100
+eval_iters = 20
+log_interval = 50

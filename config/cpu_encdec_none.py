@@ -1,0 +1,10 @@
+# CPU scale: encoder-decoder, no embedding loss and no pos sub
+from config.cpu_base import *
+out_dir = "out/cpu_encdec_none"
+variant = "encdec"
+n_embed = 88
+n_head = 4
+n_layer = 4  # per side
+cross_n_head = 8
+embedding_loss = "none"
+sub_pos_embed = "no"
