@@ -61,12 +61,13 @@ class Trainer:
         self.x, self.y = (torch.randint(0, config.vocab_size, (batch_size, config.context_size), device=device) for _ in range(2))
         self.ctx = torch.autocast(device, dtype=dtype) if device == "cuda" and dtype != torch.float32 else contextlib.nullcontext()
         self.device = device
+        self.return_logits = device == "cuda" or config.vocab_size < 8192  # as train.py: the fused loss where it pays
 
     def step(self):
         sync(self.device)
         t0 = time.perf_counter()
         with self.ctx:
-            _, loss = self.forward(self.x, self.y)
+            _, loss = self.forward(self.x, self.y, return_logits=self.return_logits)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
@@ -110,6 +111,14 @@ def memory_of(args):
         print(resident_mib("VmHWM") - before)
 
 
+def table_line(r, sample_lengths):
+    line = f"{r['configs']:7} {r['variant']:9} {r['params']:>11,} {r['train_tokens_per_s']:>11,.0f} {r['mfu']:>6.1%} {r['peak_mem_mib']:>9,.0f}"
+    for n in sample_lengths:
+        cache, nocache = r[f"sample{n}_cache"], r[f"sample{n}_nocache"]
+        line += f" {cache:>15,.1f} {nocache:>9,.1f} {cache / nocache:>7.1f}x {'yes' if r[f'sample{n}_identical'] else 'NO':>5}"
+    return line
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -128,11 +137,14 @@ def main():
     device, dtype = args.device, getattr(torch, args.dtype)
     repeats = args.repeats or (5 if args.quick else 15)
     sample_lengths = (200,) if args.quick else (200, 1000)
-    sample_repeats = 1 if args.quick else 3
 
     peak = max(matmul_peak(device, dtype, n, 10) for n in (1024, 2048))
     print(f"device {device}, dtype {args.dtype}, threads {torch.get_num_threads()}, compile {args.compile}, "
           f"torch {torch.__version__}; measured {args.dtype} matmul peak: {peak / 1e9:.1f} GFLOP/s")
+    head = f"{'configs':7} {'variant':9} {'params':>11} {'train tok/s':>11} {'MFU':>6} {'peak MiB':>9}"
+    for n in sample_lengths:
+        head += f" {f'sample{n} cache':>15} {'no cache':>9} {'speedup':>8} {'same':>5}"
+    print(head, flush=True)
     rows = []
     for name in args.configs.split(","):
         paths = CONFIGS[name]
@@ -143,6 +155,8 @@ def main():
         for _ in range(repeats):  # interleaved: each repeat times every variant once
             for t, ts in zip(trainers, times):
                 ts.append(t.step())
+        print(f"{name}: median training step " + ", ".join(
+            f"{t.model.config.variant} {statistics.median(ts):.3f}s" for t, ts in zip(trainers, times)), flush=True)
         for path, t, ts in zip(paths, trainers, times):
             c = t.model.config
             tokens_per_s = args.batch_size * c.context_size / statistics.median(ts)
@@ -151,23 +165,15 @@ def main():
                        peak_mem_mib=peak_memory(path, args.batch_size, args))
             for n in sample_lengths:
                 for use_cache in (True, False):
-                    runs = [sampling_time(t.model, n, use_cache, device) for _ in range(sample_repeats)]
+                    repeats_n = 1 if args.quick or n > 200 else 3  # 1000 tokens without a cache take minutes
+                    runs = [sampling_time(t.model, n, use_cache, device) for _ in range(repeats_n)]
                     row[f"sample{n}_{'cache' if use_cache else 'nocache'}"] = n / statistics.median(r[0] for r in runs)
                     row[f"sample{n}_out_{use_cache}"] = runs[0][1]
                 row[f"sample{n}_identical"] = torch.equal(row.pop(f"sample{n}_out_True"), row.pop(f"sample{n}_out_False"))
             rows.append(row)
+            print(table_line(row, sample_lengths), flush=True)
         del trainers
 
-    head = f"{'configs':7} {'variant':9} {'params':>11} {'train tok/s':>11} {'MFU':>6} {'peak MiB':>9}"
-    for n in sample_lengths:
-        head += f" {f'sample{n} cache':>15} {'no cache':>9} {'speedup':>8} {'same':>5}"
-    print(head)
-    for r in rows:
-        line = f"{r['configs']:7} {r['variant']:9} {r['params']:>11,} {r['train_tokens_per_s']:>11,.0f} {r['mfu']:>6.1%} {r['peak_mem_mib']:>9,.0f}"
-        for n in sample_lengths:
-            cache, nocache = r[f"sample{n}_cache"], r[f"sample{n}_nocache"]
-            line += f" {cache:>15,.1f} {nocache:>9,.1f} {cache / nocache:>7.1f}x {'yes' if r[f'sample{n}_identical'] else 'NO':>5}"
-        print(line)
     for name in args.configs.split(","):
         by_variant = {r["variant"]: r for r in rows if r["configs"] == name}
         base = by_variant["baseline"]["train_tokens_per_s"]

@@ -3,6 +3,7 @@
 #   python prepare_wikipedia.py --input ../shared/data/wikitext-2/valid.txt --name=wikitext2 --tokenizer=byte
 # As in the seeds, each encoder-decoder has at most the parameters of cpu_baseline.py (checked by test_train.py).
 dataset = "wikitext2"
+vocab_size = 256  # byte tokens (also what data/wikitext2/meta.json says)
 device = "cpu"
 dtype = "float32"
 context_size = 128
