@@ -102,7 +102,8 @@ class ModelConfig:
                 if not isinstance(getattr(self, flag), int) or getattr(self, flag) < 1:
                     fail(flag, "use a positive integer")
             if self.variant == "parallel" and self.n_decoder_layer > self.n_encoder_layer:
-                fail("n_decoder_layer", f"the parallel decoder runs beside the last encoder layers, so use at most n_encoder_layer={self.n_encoder_layer}")
+                fail("n_decoder_layer", "the parallel decoder runs beside the last encoder layers, "
+                                        f"so use at most n_encoder_layer={self.n_encoder_layer}")
             if self.n_embed % self.cross_n_head:
                 fail("cross_n_head", f"n_embed={self.n_embed} must be divisible by it")
 
@@ -229,7 +230,8 @@ class LinearCrossEntropy(torch.autograd.Function):
         n = valid.sum().clamp(min=1)
         loss = torch.zeros((), device=x.device, dtype=torch.float32)
         need_grad = grad_enabled and (ctx.needs_input_grad[0] or ctx.needs_input_grad[1])  # not under no_grad
-        grad_x, grad_weight = torch.empty_like(x), torch.zeros_like(weight, dtype=torch.float32)
+        if need_grad:
+            grad_x, grad_weight = torch.empty_like(x), torch.zeros_like(weight, dtype=torch.float32)
         w = weight.to(x.dtype)
         for i in range(0, x.size(0), chunk_size):
             xc, tc, vc = x[i:i + chunk_size], targets[i:i + chunk_size].clamp(min=0), valid[i:i + chunk_size]
@@ -243,7 +245,8 @@ class LinearCrossEntropy(torch.autograd.Function):
                 grad = grad.mul_(vc[:, None] / n).to(x.dtype)
                 grad_x[i:i + chunk_size] = grad @ w
                 grad_weight.addmm_(grad.T.float(), xc.float())
-        ctx.save_for_backward(grad_x, grad_weight.to(weight.dtype))
+        if need_grad:
+            ctx.save_for_backward(grad_x, grad_weight.to(weight.dtype))
         return loss / n
 
     @staticmethod
@@ -355,7 +358,9 @@ class Transformer(nn.Module):
             logits = self.lm_head(x)  # (B, T, vocab)
             ce = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
         else:
-            logits, ce = None, LinearCrossEntropy.apply(x.reshape(B * T, -1), self.lm_head.weight, targets.view(-1), 128, torch.is_grad_enabled())
+            logits = None
+            ce = LinearCrossEntropy.apply(x.reshape(B * T, -1), self.lm_head.weight, targets.view(-1), 128,
+                                          torch.is_grad_enabled())
         loss, embedding_loss = ce, None
         if c.embedding_loss != "none":
             embedding_loss = self.embedding_dissimilarity(E, encoder_out).mean()
