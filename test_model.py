@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model import ModelConfig, build_model
+from model import ModelConfig, build_model, causal_attention
 
 TINY = dict(vocab_size=37, context_size=12, n_embed=16, n_head=2, n_layer=2)
 
@@ -329,9 +329,9 @@ def test_defaults_are_seed_001_best_configuration():
 
 # --- the fast loss path ---
 
-@pytest.mark.parametrize("variant", ["baseline", "encdec"])
-def test_loss_without_logits_equals_the_logits_path_in_value_and_gradient(variant):
-    model = tiny(variant=variant).train()
+@pytest.mark.parametrize("variant, n_embed", [("baseline", 16), ("encdec", 16), ("encdec", 12)])
+def test_loss_without_logits_equals_the_logits_path_in_value_and_gradient(variant, n_embed):
+    model = tiny(variant=variant, n_embed=n_embed).train()  # 12: the loss pads the width to 16 internally
     idx, targets = tokens(B=12), tokens(B=12, seed=3)  # 144 rows: more than one chunk of 128
     targets[:, :5] = -1
     with_logits = gradients_of(model, idx, targets, return_logits=True)
@@ -347,3 +347,16 @@ def gradients_of(model, idx, targets, return_logits):
     logits, loss = model(idx, targets, return_logits=return_logits)
     loss.backward()
     return dict(logits=logits, loss=loss.item(), grads={n: p.grad.clone() for n, p in model.named_parameters()})
+
+
+@pytest.mark.parametrize("head_size", [15, 6, 16])
+@pytest.mark.parametrize("T, L", [(9, 9), (4, 9), (1, 9)])
+def test_attention_padded_to_a_multiple_of_8_equals_plain_attention(head_size, T, L):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, n, head_size, generator=g) for n in (T, L, L))
+    scores = q @ k.transpose(-2, -1) / head_size ** 0.5
+    visible = torch.ones(T, L, dtype=torch.bool).tril(L - T)  # query i is position L - T + i
+    expected = scores.masked_fill(~visible, float("-inf")).softmax(-1) @ v
+    y = causal_attention(q, k, v, 0.0)
+    assert y.shape == (2, 3, T, head_size)
+    torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-6)
