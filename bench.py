@@ -76,9 +76,9 @@ class Trainer:
         return time.perf_counter() - t0
 
 
-def sampling_time(model, new_tokens, use_cache, device):
+def sampling_time(model, new_tokens, use_cache, device, batch_size=1):
     model.eval()
-    prompt = torch.zeros(1, 1, dtype=torch.long, device=device)
+    prompt = torch.zeros(batch_size, 1, dtype=torch.long, device=device)
     sync(device)
     t0 = time.perf_counter()
     out = model.generate(prompt, new_tokens, top_k=1, use_cache=use_cache)
@@ -127,7 +127,8 @@ def main():
     parser.add_argument("--quick", action="store_true", help="fewer repeats, no 1000-token sampling")
     parser.add_argument("--configs", default="paper,cpu", help="comma-separated: paper, cpu")
     parser.add_argument("--repeats", type=int, default=None, help="timed training steps per variant (default 15; quick 5)")
-    parser.add_argument("--batch_size", type=int, default=8)
+    parser.add_argument("--batch_size", type=int, default=8, help="training batch size")
+    parser.add_argument("--sample_batch_size", type=int, default=1, help="sequences generated at once")
     parser.add_argument("--json", default=None, help="also write the rows to this file")
     parser.add_argument("--memory_of", default=None, help=argparse.SUPPRESS)  # internal: one step in a fresh process
     args = parser.parse_args()
@@ -140,7 +141,8 @@ def main():
 
     peak = max(matmul_peak(device, dtype, n, 10) for n in (1024, 2048))
     print(f"device {device}, dtype {args.dtype}, threads {torch.get_num_threads()}, compile {args.compile}, "
-          f"torch {torch.__version__}; measured {args.dtype} matmul peak: {peak / 1e9:.1f} GFLOP/s")
+          f"torch {torch.__version__}; measured {args.dtype} matmul peak: {peak / 1e9:.1f} GFLOP/s; "
+          f"training batch {args.batch_size}, sampling batch {args.sample_batch_size} (sampling in tokens/s)")
     head = f"{'configs':7} {'variant':9} {'params':>11} {'train tok/s':>11} {'MFU':>6} {'peak MiB':>9}"
     for n in sample_lengths:
         head += f" {f'sample{n} cache':>15} {'no cache':>9} {'speedup':>8} {'same':>5}"
@@ -149,8 +151,13 @@ def main():
     for name in args.configs.split(","):
         paths = CONFIGS[name]
         trainers = [Trainer(model_config(p), args.batch_size, device, dtype, args.compile) for p in paths]
+        warmup = []
         for t in trainers:  # warm-up (and compilation) excluded from timing
+            t0 = time.perf_counter()
             t.step(), t.step()
+            warmup.append(time.perf_counter() - t0)
+        print(f"{name}: warm-up (2 steps{', compilation included' if args.compile else ''}) " +
+              ", ".join(f"{t.model.config.variant} {w:.1f}s" for t, w in zip(trainers, warmup)), flush=True)
         times = [[] for _ in trainers]
         for _ in range(repeats):  # interleaved: each repeat times every variant once
             for t, ts in zip(trainers, times):
@@ -166,8 +173,8 @@ def main():
             for n in sample_lengths:
                 for use_cache in (True, False):
                     repeats_n = 1 if args.quick or n > 200 else 3  # 1000 tokens without a cache take minutes
-                    runs = [sampling_time(t.model, n, use_cache, device) for _ in range(repeats_n)]
-                    row[f"sample{n}_{'cache' if use_cache else 'nocache'}"] = n / statistics.median(r[0] for r in runs)
+                    runs = [sampling_time(t.model, n, use_cache, device, args.sample_batch_size) for _ in range(repeats_n)]
+                    row[f"sample{n}_{'cache' if use_cache else 'nocache'}"] = args.sample_batch_size * n / statistics.median(r[0] for r in runs)
                     row[f"sample{n}_out_{use_cache}"] = runs[0][1]
                 row[f"sample{n}_identical"] = torch.equal(row.pop(f"sample{n}_out_True"), row.pop(f"sample{n}_out_False"))
             rows.append(row)
