@@ -135,6 +135,27 @@ def test_greedy_generation_with_cache_equals_without_also_past_context_size(vari
     assert len(set(with_cache[0, 5:].tolist())) > 1  # not a degenerate repeated token
 
 
+@pytest.mark.parametrize("variant", ["baseline", "encdec"])
+def test_greedy_generation_appends_the_argmax_of_the_forward_logits(variant):
+    model = tiny(variant=variant).eval()
+    idx = tokens(B=2, T=3)
+    expected = idx
+    for _ in range(6):  # the plain forward pass, step by step, with the output layer as nn.Linear
+        logits, _ = model(expected)
+        expected = torch.cat([expected, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
+    assert torch.equal(model.generate(idx, 6, top_k=1), expected)
+
+
+def test_sampling_draws_from_the_top_k_only():
+    model = tiny(variant="encdec").eval()
+    idx = tokens(B=1, T=4)
+    logits, _ = model(idx)
+    top3 = set(logits[0, -1].topk(3).indices.tolist())
+    torch.manual_seed(0)
+    drawn = {model.generate(idx, 1, temperature=5.0, top_k=3)[0, -1].item() for _ in range(40)}
+    assert drawn == top3  # a high temperature spreads the draws over all three, and never beyond them
+
+
 def test_generation_reads_only_the_last_context_size_tokens():
     model = tiny(variant="encdec").eval()
     long = tokens(B=1, T=30)
