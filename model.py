@@ -132,14 +132,10 @@ def causal_attention(q, k, v, dropout_p):
         # The fused attention kernels are up to 1.6x slower for head sizes that are not a multiple of 8 (the
         # seeds' cross-attention has 15). Zero columns change no dot product and give zero output columns.
         q, k, v = (F.pad(t, (0, -hs % 8)) for t in (q, k, v))
-    if T == 1:  # one new token sees every key: no mask
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
-    elif T == L:
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
-    else:
-        # query i sits at position L - T + i and may see keys 0 .. L - T + i
+    mask = None  # one new token (T == 1) sees every key; T == L is the plain causal case
+    if 1 < T < L:  # query i sits at position L - T + i and may see keys 0 .. L - T + i
         mask = torch.ones(T, L, dtype=torch.bool, device=q.device).tril(L - T)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=1 < T == L, scale=scale)
     return y[..., :hs]
 
 
