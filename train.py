@@ -26,6 +26,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import reversal
+from evaluate import token_losses, window_starts as token_windows
 from model import ModelConfig, build_model
 
 # -----------------------------------------------------------------------------
@@ -45,7 +46,7 @@ beta1 = 0.9
 beta2 = 0.95
 grad_clip = 1.0  # clip the gradient norm to this; 0 disables
 eval_interval = 500
-eval_iters = 200  # batches per split at each evaluation
+eval_iters = 200  # batches per split at each evaluation; 0: every val token once (see evaluate.py)
 log_interval = 10
 init_from = "scratch"  # scratch | resume (from out_dir/ckpt.pt)
 always_save_checkpoint = True  # False: save only when the val loss improves
@@ -260,11 +261,35 @@ def get_lr(it):
     return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (learning_rate - min_lr)
 
 
+def embedding_norms():
+    """The embedding loss's LayerNorm gains and biases: gains of zero with equal biases make the loss zero whatever E is."""
+    norms = {}
+    for name in ("ln_embed", "ln_encoder_out"):
+        ln = getattr(raw_model, name, None)
+        if ln is not None and ln.weight is not None:
+            norms[f"{name}_gain_norm"], norms[f"{name}_bias_norm"] = ln.weight.norm().item(), ln.bias.norm().item()
+    return norms
+
+
 @torch.no_grad()
 def evaluate():
     """Mean cross-entropy and embedding loss over eval_iters fixed batches per split, in eval mode (no dropout)."""
     eval_model.eval()
     out = {}
+    if eval_iters == 0 and dataset != "reversal":  # every val token once, and as many train windows spread evenly
+        val_tokens = np.memmap(os.path.join(data_dir, "val.bin"), dtype=np.uint16, mode="r")
+        n_windows = len(token_windows(len(val_tokens), block))
+        for split in ("train", "val"):
+            tokens = val_tokens if split == "val" else np.memmap(os.path.join(data_dir, "train.bin"), dtype=np.uint16, mode="r")
+            starts = None if split == "val" else np.linspace(0, len(tokens) - block - 1, n_windows).astype(int).tolist()
+            out[f"{split}_loss"] = float(token_losses(raw_model, tokens, block, batch_size, device, starts, autocast).mean())
+        if config.embedding_loss != "none":  # on one fixed batch: it is not a per-token figure
+            with autocast:
+                eval_model(*get_batch("val", eval_rng("val", 0)), return_logits=return_logits)
+            out["val_embedding_loss"] = raw_model.last_loss_terms["embedding"]
+        out.update(embedding_norms())
+        eval_model.train()
+        return out
     for split in ("train", "val"):
         ce, embedding = [], []
         for k in range(eval_iters):
@@ -276,6 +301,7 @@ def evaluate():
             embedding.append(terms["embedding"])
         out[f"{split}_loss"] = sum(ce) / len(ce)
         out[f"{split}_embedding_loss"] = None if embedding[0] is None else sum(embedding) / len(embedding)
+    out.update(embedding_norms())
     if dataset == "reversal":
         out["val_accuracy"] = reversal.accuracy(raw_model, held_out, device)
     eval_model.train()

@@ -1,0 +1,155 @@
+"""
+The loss of a trained model over a whole text: every token once, the same figure on every run.
+
+    python evaluate.py --out_dir=out-wikitext2_valid_gpt2c                 # the run's own val split
+    python evaluate.py --out_dir=out-wikitext2_valid_gpt2c --split=train
+    python evaluate.py --out_dir=out-wikitext2_valid_gpt2c --input=my.txt  # any text, with the run's tokenizer
+
+The tokens are cut into non-overlapping windows of context_size + 1 tokens that share their edge token:
+window k reads tokens [kT, kT + T) and predicts tokens kT + 1 .. kT + T, so every token but the first is
+predicted exactly once (the last window may be shorter). Each window starts with an empty context, so the
+figure is a little above what a sliding window would give, and it does not depend on the batch size.
+
+Bits per byte = total nats / UTF-8 bytes of the predicted tokens / ln 2, with an end-of-text counted as one
+byte: it compares models with different tokenizers (for byte tokens it is the loss / ln 2).
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+
+def window_starts(n_tokens, block):
+    """Start of each window over n_tokens tokens: every token but the first is a target exactly once."""
+    return list(range(0, n_tokens - 1, block))
+
+
+@torch.no_grad()
+def token_losses(model, tokens, block, batch_size, device, starts=None, autocast=None, progress=None):
+    """Cross-entropy of each target token of the windows at `starts` (default: window_starts, so every token of
+    `tokens` but the first, in text order): a float64 array. The model is in eval mode for the call (no dropout)."""
+    was_training = model.training
+    model.eval()
+    starts = window_starts(len(tokens), block) if starts is None else starts
+    lengths = [min(block, len(tokens) - 1 - s) for s in starts]
+    losses = []
+    for i in range(0, len(starts), batch_size):
+        for T in sorted(set(lengths[i:i + batch_size]), reverse=True):  # a shorter last window goes on its own
+            group = [s for s, n in zip(starts[i:i + batch_size], lengths[i:i + batch_size]) if n == T]
+            x = torch.from_numpy(np.stack([tokens[s:s + T] for s in group]).astype(np.int64)).to(device)
+            y = torch.from_numpy(np.stack([tokens[s + 1:s + 1 + T] for s in group]).astype(np.int64)).to(device)
+            with autocast or torch.autocast(x.device.type, enabled=False):
+                logits = model.lm_head(model.hidden_states(x)[0]).float()  # (B, T, vocab)
+            losses.append(F.cross_entropy(logits.transpose(1, 2), y, reduction="none").double().flatten().cpu().numpy())
+        if progress:
+            progress(min(i + batch_size, len(starts)), len(starts))
+    model.train(was_training)
+    return np.concatenate(losses)
+
+
+def token_byte_lengths(meta):
+    """UTF-8 bytes of each token id of the dataset's tokenizer; end-of-text counts as one byte."""
+    if meta["tokenizer"] == "byte":
+        return np.ones(meta["vocab_size"], dtype=np.int64)
+    from prepare_wikipedia import gpt2_encoding
+    enc = gpt2_encoding()
+    ids = meta.get("compact_vocab") or range(meta["vocab_size"])
+    return np.array([1 if i == enc.eot_token else len(enc.decode_single_token_bytes(i)) for i in ids], dtype=np.int64)
+
+
+def summarize(losses, targets, byte_lengths):
+    nats, n_bytes = float(losses.sum()), int(byte_lengths[targets].sum())
+    loss = nats / len(losses)
+    return {"loss": loss, "perplexity": math.exp(loss), "bits_per_byte": nats / n_bytes / math.log(2),
+            "tokens": len(losses), "bytes": n_bytes}
+
+
+def fail(message):
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out_dir", required=True, help="the training run's folder, holding ckpt.pt")
+    parser.add_argument("--split", default="val", choices=("train", "val"), help="a split of the run's dataset")
+    parser.add_argument("--input", default=None, help="a text file to evaluate instead, tokenized as prepare_wikipedia.py would")
+    parser.add_argument("--batch_size", type=int, default=16, help="windows per forward pass (the result does not depend on it)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.error = lambda message: fail(f"{message} (see python evaluate.py --help)")
+    args = parser.parse_args(argv)
+    if args.batch_size < 1:
+        fail(f"--batch_size={args.batch_size}: use a positive number")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        fail(f"--device={args.device} but CUDA is not available here; use --device=cpu")
+
+    from model import ModelConfig, build_model
+    import prepare_wikipedia as pw
+
+    ckpt_path = os.path.join(args.out_dir, "ckpt.pt")
+    if not os.path.exists(ckpt_path):
+        fail(f"no checkpoint at {ckpt_path}; train one with train.py --out_dir={args.out_dir}, or point --out_dir at a run's folder")
+    try:
+        checkpoint = torch.load(ckpt_path, map_location="cpu")
+        model = build_model(ModelConfig(**checkpoint["model_config"]))
+        model.load_state_dict(checkpoint["model"])
+    except Exception as e:
+        fail(f"checkpoint {ckpt_path} is unreadable ({type(e).__name__}); use another run's --out_dir")
+    model.to(args.device)
+    dataset = checkpoint["train_config"]["dataset"]
+    if dataset == "reversal":
+        fail("the reversal task has no text to evaluate; its accuracy is in the run's log.jsonl")
+    data_dir = os.path.join("data", dataset)
+    meta_path = os.path.join(data_dir, "meta.json")
+    try:
+        with open(meta_path) as f:
+            meta = json.load(f)
+    except (OSError, ValueError) as e:
+        fail(f"{meta_path} is missing or unreadable ({type(e).__name__}), so the run's tokenizer is unknown; "
+             f"prepare dataset '{dataset}' again as for training")
+    if meta["vocab_size"] > model.config.vocab_size:
+        fail(f"{meta_path} has {meta['vocab_size']} tokens but the model only {model.config.vocab_size}: "
+             f"data/{dataset} was prepared again with another tokenizer; prepare it as for training")
+
+    if args.input:
+        try:
+            with open(args.input, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            fail(f"cannot read {args.input} as UTF-8 text ({type(e).__name__}); give a .txt file")
+        encode, _, _, eot = pw.get_tokenizer(meta["tokenizer"], meta.get("compact_vocab"))
+        articles = pw.split_wikitext(text, os.path.basename(args.input))  # as prepare_wikipedia.py cuts text
+        tokens = np.array([t for a in articles for t in encode(a["text"]) + [eot]], dtype=np.int64)
+        source = args.input
+    else:
+        tokens = np.fromfile(os.path.join(data_dir, f"{args.split}.bin"), dtype=np.uint16).astype(np.int64)
+        source = f"data/{dataset}/{args.split}.bin"
+    if len(tokens) < 2:
+        fail(f"{source} has {len(tokens)} token(s): nothing to predict; give a longer text")
+
+    block = model.config.context_size
+    t0, shown = time.time(), [0.0]
+
+    def progress(done, total):
+        if time.time() - shown[0] > 5 or done == total:  # a line every few seconds on long texts
+            shown[0] = time.time()
+            eta = (time.time() - t0) / done * (total - done)
+            print(f"\r{done}/{total} windows, {eta:.0f}s left", end="" if done < total else "\n", file=sys.stderr, flush=True)
+
+    losses = token_losses(model, tokens, block, args.batch_size, args.device, progress=progress)
+    result = {"out_dir": args.out_dir, "source": source, **summarize(losses, tokens[1:], token_byte_lengths(meta)),
+              "windows": len(window_starts(len(tokens), block)), "context_size": block}
+    print(f"{source}: loss {result['loss']:.4f} nats/token, perplexity {result['perplexity']:.2f}, "
+          f"{result['bits_per_byte']:.4f} bits/byte over {result['tokens']:,} tokens ({result['bytes']:,} bytes)")
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

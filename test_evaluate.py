@@ -1,0 +1,213 @@
+"""Specifications of evaluate.py, the compacted GPT-2 vocabulary and train.py's whole-split evaluation.
+CPU only, no network.
+
+    python -m pytest -q test_evaluate.py
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch.nn import functional as F
+
+import evaluate
+import prepare_wikipedia as pw
+from model import ModelConfig, build_model
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": HERE}
+WORDS = ["the", "river", "castle", "was", "built", "in", "a", "year", "by", "king", "of", "north", "and", "its",
+         "walls", "naïve", "café", "1846", "—", "Zürich"]
+
+
+def run(script, *args, cwd):
+    return subprocess.run([sys.executable, os.path.join(HERE, script), *args], cwd=cwd, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+
+
+def tiny_model(vocab_size=50, context_size=16, **flags):
+    torch.manual_seed(0)
+    return build_model(ModelConfig(vocab_size=vocab_size, context_size=context_size, n_layer=1, n_embed=16, n_head=2,
+                                   **flags)).eval()
+
+
+@pytest.mark.parametrize("n_tokens", [2, 17, 33, 50])
+def test_windows_predict_every_token_but_the_first_exactly_once(n_tokens):
+    block = 16
+    targets = [t for s in evaluate.window_starts(n_tokens, block) for t in range(s + 1, min(s + block, n_tokens - 1) + 1)]
+    assert targets == list(range(1, n_tokens))
+
+
+@pytest.mark.parametrize("variant", ["baseline", "encdec", "parallel"])
+def test_token_losses_equal_the_model_loss_over_the_same_windows(variant):
+    model = tiny_model(variant=variant)
+    tokens = np.random.default_rng(0).integers(50, size=71)  # 4 full windows of 16 and one of 6
+    losses = evaluate.token_losses(model, tokens, 16, batch_size=3, device="cpu")
+    assert len(losses) == 70
+    with torch.no_grad():
+        direct = []
+        for s in evaluate.window_starts(len(tokens), 16):
+            x = torch.tensor(tokens[s:s + 16][None])[:, :len(tokens) - 1 - s]
+            y = torch.tensor(tokens[s + 1:s + 17][None])
+            logits, _ = model(x, y)
+            direct.append(F.cross_entropy(logits[0], y[0], reduction="none"))
+    direct = torch.cat(direct).double().numpy()
+    np.testing.assert_allclose(losses, direct, rtol=1e-5)
+
+
+def test_result_does_not_depend_on_the_batch_size():
+    model = tiny_model()
+    tokens = np.random.default_rng(1).integers(50, size=200)
+    results = [evaluate.token_losses(model, tokens, 16, batch_size=b, device="cpu") for b in (1, 4, 13, 100)]
+    for other in results[1:]:
+        np.testing.assert_allclose(other, results[0], rtol=1e-5, atol=1e-6)
+
+
+def test_evaluation_runs_in_eval_mode_and_restores_training_mode():
+    model = tiny_model(dropout=0.5).train()
+    tokens = np.random.default_rng(2).integers(50, size=40)
+    a = evaluate.token_losses(model, tokens, 16, 4, "cpu")
+    b = evaluate.token_losses(model, tokens, 16, 4, "cpu")
+    assert model.training and np.array_equal(a, b)  # no dropout: the same figures twice
+
+
+def test_bits_per_byte_for_byte_tokens_is_the_loss_over_ln2():
+    lengths = evaluate.token_byte_lengths({"tokenizer": "byte", "vocab_size": 256})
+    losses, targets = np.array([0.5, 1.5, 2.5]), np.array([104, 105, 0])
+    result = evaluate.summarize(losses, targets, lengths)
+    assert result["bytes"] == 3 and math.isclose(result["bits_per_byte"], result["loss"] / math.log(2))
+    assert math.isclose(result["perplexity"], math.exp(1.5))
+
+
+def test_gpt2_byte_lengths_add_up_to_the_utf8_bytes_of_the_text():
+    encode, decode, _, eot = pw.get_tokenizer("gpt2")
+    text = " ".join(WORDS * 3)
+    ids = np.array(encode(text) + [eot])
+    lengths = evaluate.token_byte_lengths({"tokenizer": "gpt2", "vocab_size": 50257})
+    assert lengths[ids].sum() == len(text.encode("utf-8")) + 1  # end-of-text counts as one byte
+    # bits per byte = total nats / bytes / ln 2
+    losses = np.full(len(ids), 2.0)
+    result = evaluate.summarize(losses, ids, lengths)
+    assert math.isclose(result["bits_per_byte"], 2.0 * len(ids) / (len(text.encode("utf-8")) + 1) / math.log(2))
+
+
+@pytest.fixture(scope="module")
+def compact(tmp_path_factory):
+    """data/small prepared with --tokenizer gpt2 --compact_vocab from a generated WikiText-style text."""
+    root = tmp_path_factory.mktemp("compact")
+    rng = np.random.default_rng(0)
+    text = "".join(f" = Article {i} = \n\n " + " ".join(rng.choice(WORDS, size=120)) + " .\n" for i in range(12))
+    (root / "text.txt").write_text(text, encoding="utf-8")
+    pw.main(["--input", str(root / "text.txt"), "--tokenizer", "gpt2", "--compact_vocab", "--min_chars", "0",
+             "--val_fraction", "0.25", "--out_dir", str(root / "data"), "--name", "small"])
+    return root
+
+
+def test_compact_vocabulary_keeps_gpt2_segmentation_with_dense_ids(compact):
+    meta = json.load(open(compact / "data" / "small" / "meta.json"))
+    full_encode, _, _, full_eot = pw.get_tokenizer("gpt2")
+    encode, decode, vocab_size, eot = pw.get_tokenizer("gpt2", meta["compact_vocab"])
+    ids = np.concatenate([np.fromfile(compact / "data" / "small" / f"{s}.bin", dtype=np.uint16) for s in ("train", "val")])
+    assert vocab_size == meta["vocab_size"] == len(set(ids.tolist())) and ids.max() == vocab_size - 1
+    assert eot == meta["eot_token"] and meta["compact_vocab"][eot] == full_eot
+    texts = [a["text"] for a in pw.read_input([str(compact / "text.txt")])]
+    for text in texts:
+        assert [meta["compact_vocab"][i] for i in encode(text)] == full_encode(text)  # the same tokens, renumbered
+        assert decode(encode(text)) == text
+    assert sorted(meta["compact_vocab"]) == meta["compact_vocab"]
+
+
+def test_text_outside_the_compact_vocabulary_is_one_clear_error(compact):
+    meta = json.load(open(compact / "data" / "small" / "meta.json"))
+    encode = pw.get_tokenizer("gpt2", meta["compact_vocab"])[0]
+    with pytest.raises(SystemExit, match="outside this dataset's compact vocabulary"):
+        encode("quantum chromodynamics")
+
+
+TRAIN = ["--dataset=small", "--variant=encdec", "--n_layer=1", "--n_embed=16", "--n_head=2", "--context_size=32",
+         "--batch_size=4", "--gradient_accumulation_steps=1", "--max_iters=4", "--eval_interval=2", "--eval_iters=0",
+         "--log_interval=1", "--device=cpu", "--out_dir=run"]
+
+
+@pytest.fixture(scope="module")
+def trained(compact):
+    result = run("train.py", *TRAIN, cwd=compact)
+    assert result.returncode == 0, result.stderr
+    return compact
+
+
+def test_train_eval_iters_0_logs_the_val_loss_evaluate_reports(trained):
+    log = [json.loads(line) for line in open(trained / "run" / "log.jsonl")]
+    result = run("evaluate.py", "--out_dir=run", "--batch_size=3", cwd=trained)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    val_tokens = os.path.getsize(trained / "data" / "small" / "val.bin") // 2
+    assert report["tokens"] == val_tokens - 1
+    assert math.isclose(report["loss"], log[-1]["val_loss"], rel_tol=1e-6)
+    assert math.isclose(report["bits_per_byte"], report["loss"] * report["tokens"] / report["bytes"] / math.log(2))
+    assert {"ln_embed_gain_norm", "ln_encoder_out_gain_norm", "val_embedding_loss"} <= set(log[-1])
+
+
+def test_evaluate_input_text_matches_the_prepared_split(trained):
+    """The val split's articles, written out as text, score as the split does: --input tokenizes like prepare."""
+    meta = json.load(open(trained / "data" / "small" / "meta.json"))
+    _, decode, _, eot = pw.get_tokenizer("gpt2", meta["compact_vocab"])
+    ids = np.fromfile(trained / "data" / "small" / "val.bin", dtype=np.uint16).tolist()
+    articles, current = [], []
+    for i in ids:
+        if i == eot:
+            articles.append(decode(current))
+            current = []
+        else:
+            current.append(i)
+    (trained / "val.txt").write_text("\n".join(articles) + "\n", encoding="utf-8")  # title lines cut it up again
+    split = json.loads(run("evaluate.py", "--out_dir=run", cwd=trained).stdout.strip().splitlines()[-1])
+    text = run("evaluate.py", "--out_dir=run", "--input=val.txt", cwd=trained)
+    assert text.returncode == 0, text.stderr
+    text = json.loads(text.stdout.strip().splitlines()[-1])
+    assert (text["tokens"], text["bytes"]) == (split["tokens"], split["bytes"])
+    assert math.isclose(text["loss"], split["loss"], rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--out_dir=nowhere"], "no checkpoint at nowhere"),
+    (["--out_dir=run", "--input=empty.txt"], "nothing to predict"),
+    (["--out_dir=run", "--input=missing.txt"], "cannot read missing.txt"),
+    (["--out_dir=run", "--batch_size=0"], "--batch_size=0"),
+])
+def test_bad_input_is_one_line_error(trained, args, fragment):
+    (trained / "empty.txt").write_text("")
+    result = run("evaluate.py", *args, cwd=trained)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], result.stderr
+
+
+def test_a_dataset_prepared_again_with_another_tokenizer_is_refused(trained, tmp_path):
+    os.symlink(trained / "run", tmp_path / "run")
+    (tmp_path / "text.txt").write_text((trained / "text.txt").read_text(encoding="utf-8"), encoding="utf-8")
+    pw.main(["--input", str(tmp_path / "text.txt"), "--tokenizer", "gpt2", "--min_chars", "0",
+             "--out_dir", str(tmp_path / "data"), "--name", "small"])  # full 50257-token vocabulary now
+    result = run("evaluate.py", "--out_dir=run", cwd=tmp_path)
+    assert result.returncode == 1 and "prepared again with another tokenizer" in result.stderr
+
+
+def test_embedding_loss_layernorm_shortcut_and_the_option_that_rules_it_out():
+    """Gains of zero with equal biases make the embedding loss exactly zero whatever the embeddings are;
+    with embedding_ln_affine=False the LayerNorms have nothing to learn and the loss stays positive."""
+    idx = torch.randint(0, 50, (2, 16))
+    model = tiny_model(variant="encdec", embedding_loss="mse")
+    with torch.no_grad():
+        for ln in (model.ln_embed, model.ln_encoder_out):
+            ln.weight.zero_()
+            ln.bias.fill_(0.3)
+    model(idx, idx)
+    assert model.last_loss_terms["embedding"] == 0.0
+    fixed = tiny_model(variant="encdec", embedding_loss="mse", embedding_ln_affine=False)
+    assert not list(fixed.ln_embed.parameters()) and not list(fixed.ln_encoder_out.parameters())
+    assert sum(p.numel() for p in model.parameters()) - sum(p.numel() for p in fixed.parameters()) == 4 * 16
+    fixed(idx, idx)
+    assert fixed.last_loss_terms["embedding"] > 0.1
