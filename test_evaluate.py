@@ -29,6 +29,16 @@ def run(script, *args, cwd):
                           capture_output=True, text=True, timeout=300)
 
 
+def evaluate_in(folder, *args):
+    """evaluate.main in `folder` (it reads data/ and the run relative to the working directory); its result dict."""
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        return evaluate.main(list(args))
+    finally:
+        os.chdir(cwd)
+
+
 def tiny_model(vocab_size=50, context_size=16, **flags):
     torch.manual_seed(0)
     return build_model(ModelConfig(vocab_size=vocab_size, context_size=context_size, n_layer=1, n_embed=16, n_head=2,
@@ -165,10 +175,7 @@ def test_evaluate_input_text_matches_the_prepared_split(trained):
         else:
             current.append(i)
     (trained / "val.txt").write_text("\n".join(articles) + "\n", encoding="utf-8")  # title lines cut it up again
-    split = json.loads(run("evaluate.py", "--out_dir=run", cwd=trained).stdout.strip().splitlines()[-1])
-    text = run("evaluate.py", "--out_dir=run", "--input=val.txt", cwd=trained)
-    assert text.returncode == 0, text.stderr
-    text = json.loads(text.stdout.strip().splitlines()[-1])
+    split, text = evaluate_in(trained, "--out_dir=run"), evaluate_in(trained, "--out_dir=run", "--input=val.txt")
     assert (text["tokens"], text["bytes"]) == (split["tokens"], split["bytes"])
     assert math.isclose(text["loss"], split["loss"], rel_tol=1e-9)
 
@@ -179,20 +186,22 @@ def test_evaluate_input_text_matches_the_prepared_split(trained):
     (["--out_dir=run", "--input=missing.txt"], "cannot read missing.txt"),
     (["--out_dir=run", "--batch_size=0"], "--batch_size=0"),
 ])
-def test_bad_input_is_one_line_error(trained, args, fragment):
+def test_bad_input_is_one_line_error(trained, args, fragment, capsys):
     (trained / "empty.txt").write_text("")
-    result = run("evaluate.py", *args, cwd=trained)
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], result.stderr
+    with pytest.raises(SystemExit) as exit:
+        evaluate_in(trained, *args)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit.value.code == 1 and len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], lines
 
 
-def test_a_dataset_prepared_again_with_another_tokenizer_is_refused(trained, tmp_path):
+def test_a_dataset_prepared_again_with_another_tokenizer_is_refused(trained, tmp_path, capsys):
     os.symlink(trained / "run", tmp_path / "run")
     (tmp_path / "text.txt").write_text((trained / "text.txt").read_text(encoding="utf-8"), encoding="utf-8")
     pw.main(["--input", str(tmp_path / "text.txt"), "--tokenizer", "gpt2", "--min_chars", "0",
              "--out_dir", str(tmp_path / "data"), "--name", "small"])  # full 50257-token vocabulary now
-    result = run("evaluate.py", "--out_dir=run", cwd=tmp_path)
-    assert result.returncode == 1 and "prepared again with another tokenizer" in result.stderr
+    with pytest.raises(SystemExit):
+        evaluate_in(tmp_path, "--out_dir=run")
+    assert "prepared again with another tokenizer" in capsys.readouterr().err
 
 
 def test_embedding_loss_layernorm_shortcut_and_the_option_that_rules_it_out():
