@@ -121,6 +121,12 @@ def read_body(r, seconds):
             raise DeadlinePassed(f"no complete answer within {seconds} s")
 
 
+def unresolvable(e):
+    """Whether a ConnectionError comes from a host name that does not resolve: no network, or a wrong URL.
+    Retrying cannot help, so the caller stops at once."""
+    return isinstance(getattr(e.args[0], "reason", None) if e.args else None, urllib3.exceptions.NameResolutionError)
+
+
 def retry_wait(attempt, retry_delay, retry_after, reason):
     """Seconds to wait before the next try: doubling from retry_delay, or what the server's Retry-After
     asks, capped at MAX_WAIT; a long wait is announced so that the run does not look stuck."""
@@ -149,6 +155,9 @@ def api_get(session, url, params, retry_delay):
         except (requests.HTTPError, DeadlinePassed) as e:
             reason = str(e)
         except (requests.Timeout, requests.ConnectionError) as e:
+            if unresolvable(e):
+                die(f"could not reach {url}: its host name does not resolve (no network?). "
+                    f"Check your network or --api_url, or use --input PATH for local files.")
             reason = type(e).__name__
         else:
             try:
@@ -350,6 +359,9 @@ def download(url, path, kind, checksum, retry_delay):
         except (requests.HTTPError, DeadlinePassed) as e:
             reason = str(e)
         except (requests.Timeout, requests.ConnectionError) as e:
+            if unresolvable(e):
+                die(f"could not download {url}: its host name does not resolve (no network?). Get the file "
+                    f"another way and prepare it with --input PATH")
             reason = type(e).__name__
         if os.path.exists(part) and os.path.getsize(part) > have:
             continue  # progress: resume at once, and this try does not count

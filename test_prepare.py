@@ -395,6 +395,16 @@ def test_prepare_command_of_a_wikitext2_dataset_builds_that_dataset(wikitext2_ho
     prepare_wikitext2(wikitext2_host, tmp_path, *command[2:])
     assert sorted(os.listdir(tmp_path / dataset)) == ["meta.json", "train.bin", "val.bin"]
 
+def test_no_network_stops_at_once_with_one_line_error(tmp_path, monkeypatch):
+    def no_dns(*args, **kwargs):
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+    monkeypatch.setattr(socket, "getaddrinfo", no_dns)  # what a machine without network answers
+    for args in (["--wikitext2"], ["--num_articles", "1"]):
+        with pytest.raises(SystemExit) as e:
+            pw.main([*args, "--out_dir", str(tmp_path)])  # the default, real URLs: never reached
+        assert_one_line_error(str(e.value.code), "host name does not resolve (no network?)", "--input PATH")
+
+
 # -----------------------------------------------------------------------------
 # tokenizers
 
