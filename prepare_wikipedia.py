@@ -41,7 +41,8 @@ DOWNLOAD_DEADLINE = 600  # seconds per download request; a cut download resumes 
 MAX_MISSES = 1000  # requests in a row without a new article before giving up
 MAX_NO_EXTRACT = 20  # answers in a row whose pages all lack an 'extract': the API cannot give text
 WIKITEXT2_URL = "https://raw.githubusercontent.com/pytorch/examples/main/word_language_model/data/wikitext-2/"
-# split -> file, checksum kind, checksum; train.txt is known only by its git blob id (sha1 of b"blob <size>\0" + content)
+# split -> file, checksum kind, checksum; train.txt is known only by its git blob id,
+# the sha1 of b"blob <size>\0" + content
 WIKITEXT2_FILES = {
     "train": ("train.txt", "git-blob", "2d84b35af79e411d73ea7cae83c73964c6ac83b4"),
     "valid": ("valid.txt", "sha256", "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8"),
@@ -135,8 +136,9 @@ def retry_wait(attempt, retry_delay, retry_after, reason):
         wait = int(retry_after)  # the server knows best how long to back off
     capped = min(wait, MAX_WAIT)
     if capped >= LONG_WAIT:
-        asked = f" (the server asked for {wait} s; {MAX_WAIT} s is the most this script waits)" if wait > MAX_WAIT else ""
-        print(f"\n{reason}: waiting {capped:.0f} s before try {attempt + 2} of {MAX_TRIES}{asked}", file=sys.stderr, flush=True)
+        asked = f" (the server asked for {wait} s; this script waits {MAX_WAIT} s at most)" if wait > MAX_WAIT else ""
+        print(f"\n{reason}: waiting {capped:.0f} s before try {attempt + 2} of {MAX_TRIES}{asked}",
+              file=sys.stderr, flush=True)
     return capped
 
 
@@ -165,12 +167,14 @@ def api_get(session, url, params, retry_delay):
             except ValueError:
                 die(f"{url} did not answer with JSON; check --api_url")
             if not isinstance(data, dict):
-                die(f"{url} answered a JSON {type(data).__name__}, not an object; is it a MediaWiki API? check --api_url")
+                die(f"{url} answered a JSON {type(data).__name__}, not an object; is it a MediaWiki API? "
+                    f"check --api_url")
             error = data.get("error")
             if not (isinstance(error, dict) and error.get("code") == "maxlag"):  # maxlag: busy servers, retry
+                if isinstance(error, dict):
+                    die(f"the API at {url} returned {error.get('code')}: {error.get('info')}")
                 if error:
-                    code, info = (error.get("code"), error.get("info")) if isinstance(error, dict) else ("an error", error)
-                    die(f"the API at {url} returned {code}: {info}")
+                    die(f"the API at {url} returned an error: {error}")
                 return data
             reason = "maxlag"
         if attempt + 1 < MAX_TRIES:
@@ -224,7 +228,8 @@ def fetch_articles(api_url, num_articles, min_chars, retry_delay, articles, cach
                 seen = page["pageid"] in articles
                 if seen or len(text) < min_chars:  # the random generator repeats pages; stubs are too short
                     skipped += 1
-                    sent["repeats" if seen else "shorter than --min_chars" if "extract" in page else "without 'extract'"] += 1
+                    sent["repeats" if seen else "without 'extract'" if "extract" not in page
+                         else "shorter than --min_chars"] += 1
                     continue
                 article = {"pageid": page["pageid"], "title": page.get("title", ""), "text": text}
                 articles[page["pageid"]] = article
@@ -283,6 +288,21 @@ def split_wikitext(text, name):
     return articles
 
 
+def read_text(path):
+    """A text file's contents; anything but UTF-8 text is refused, naming the first bad byte,
+    rather than replaced silently."""
+    with open(path, "rb") as f:
+        data = f.read()
+    nul = data.find(b"\0")
+    if nul >= 0:  # no text file holds NUL; UTF-16 text and binary files do
+        die(f"{path} has a NUL byte at byte offset {nul}: it is binary or UTF-16, not UTF-8 text")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        die(f"{path} is not UTF-8 text: byte 0x{data[e.start]:02x} at byte offset {e.start} ({e.reason}); "
+            f"convert it to UTF-8 first, e.g. iconv -f latin1 -t utf-8")
+
+
 def read_input(paths):
     articles = []
     for path in paths:
@@ -300,21 +320,6 @@ def read_input(paths):
             else:
                 articles += split_wikitext(read_text(file), os.path.basename(file))
     return articles
-
-
-def read_text(path):
-    """A text file's contents; anything but UTF-8 text is refused, naming the first bad byte,
-    rather than replaced silently."""
-    with open(path, "rb") as f:
-        data = f.read()
-    nul = data.find(b"\0")
-    if nul >= 0:  # no text file holds NUL; UTF-16 text and binary files do
-        die(f"{path} has a NUL byte at byte offset {nul}: it is binary or UTF-16, not UTF-8 text")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        die(f"{path} is not UTF-8 text: byte 0x{data[e.start]:02x} at byte offset {e.start} ({e.reason}); "
-            f"convert it to UTF-8 first, e.g. iconv -f latin1 -t utf-8")
 
 # -----------------------------------------------------------------------------
 # WikiText-2, downloaded from the pytorch/examples repository

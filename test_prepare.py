@@ -191,7 +191,8 @@ def test_pages_keyed_by_id_as_older_mediawiki_sends_them_are_read(wiki, tmp_path
 @pytest.mark.parametrize("answer, phrase", [
     ([{"pageid": 1}], "answered a JSON list, not an object"),
     ({"query": {"pages": [{"ns": 0, "title": "A", "extract": "text " * 20}]}}, "a page without an integer 'pageid'"),
-    ({"query": {"pages": [{"pageid": 1, "title": "A", "extract": 12345}]}}, "page 1 with an 'extract' that is not text (int)"),
+    ({"query": {"pages": [{"pageid": 1, "title": "A", "extract": 12345}]}},
+     "page 1 with an 'extract' that is not text (int)"),
     ({"query": {"pages": "none"}}, "'query' without a list of page objects"),
     ({"error": "readonly"}, "returned an error: readonly")])
 def test_malformed_but_plausible_answer_is_one_line_error(wiki, tmp_path, answer, phrase):
@@ -272,7 +273,7 @@ def test_complete_cache_is_reused_without_requests(wiki, tmp_path):
 class FileHandler(BaseHTTPRequestHandler):
     """A fake raw-file host: serves `files`, honours Range, and for the paths in `cut` sends only the first
     half of the body once before hanging up."""
-    files, cut, ranges = {}, set(), []
+    files, cut, ranges, ignore_range = {}, set(), [], False
 
     def do_GET(self):
         name = self.path.rsplit("/", 1)[-1]
@@ -281,7 +282,7 @@ class FileHandler(BaseHTTPRequestHandler):
             self.send_error(404)
             return
         data, start = self.files[name], 0
-        if self.headers.get("Range"):
+        if self.headers.get("Range") and not self.ignore_range:
             start = int(self.headers["Range"].removeprefix("bytes=").rstrip("-"))
             if start >= len(data):
                 self.send_error(416)
@@ -313,7 +314,8 @@ def wikitext2_host(monkeypatch):
     """A fake host of train.txt, valid.txt, test.txt, with the checksums of these files patched in."""
     files = {"train.txt": wikitext(0), "valid.txt": wikitext(1), "test.txt": wikitext(2)}
     monkeypatch.setattr(pw, "WIKITEXT2_FILES", {
-        "train": ("train.txt", "git-blob", hashlib.sha1(b"blob %d\0" % len(files["train.txt"]) + files["train.txt"]).hexdigest()),
+        "train": ("train.txt", "git-blob",
+                  hashlib.sha1(b"blob %d\0" % len(files["train.txt"]) + files["train.txt"]).hexdigest()),
         "valid": ("valid.txt", "sha256", hashlib.sha256(files["valid.txt"]).hexdigest()),
         "test": ("test.txt", "sha256", hashlib.sha256(files["test.txt"]).hexdigest())})
     handler = type("Handler", (FileHandler,), {"files": files, "cut": set(), "ranges": []})
@@ -362,12 +364,15 @@ def test_cut_download_resumes_with_a_range_request(wikitext2_host, tmp_path):
     assert (tmp_path / "wikitext-2" / "valid.txt").read_bytes() == wikitext(1)
 
 
-def test_partial_download_of_an_earlier_run_is_resumed(wikitext2_host, tmp_path):
+@pytest.mark.parametrize("ignore_range", [False, True])
+def test_partial_download_of_an_earlier_run_is_resumed_or_restarted(wikitext2_host, tmp_path, ignore_range):
+    wikitext2_host.ignore_range = ignore_range  # then the whole file comes again, and replaces the part
     (tmp_path / "wikitext-2").mkdir()
     (tmp_path / "wikitext-2" / "test.txt.part").write_bytes(wikitext(2)[:100])
     prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2=test")
     assert wikitext2_host.ranges == [("test.txt", "bytes=100-")]
-    assert os.listdir(tmp_path / "wikitext-2") == ["test.txt"] and (tmp_path / "wikitext-2" / "test.txt").read_bytes() == wikitext(2)
+    assert os.listdir(tmp_path / "wikitext-2") == ["test.txt"]
+    assert (tmp_path / "wikitext-2" / "test.txt").read_bytes() == wikitext(2)
 
 
 def test_checksum_mismatch_names_the_file_and_deletes_the_download(wikitext2_host, tmp_path):
@@ -552,8 +557,8 @@ def test_text_file_with_nul_is_refused_as_binary(tmp_path):
 
 
 def test_nul_in_articles_never_becomes_an_end_of_text_inside_an_article(tmp_path, capsys):
-    (tmp_path / "a.jsonl").write_text("".join(json.dumps({"pageid": i, "title": "T", "text": f"Article\x00 {i}\x00."}) + "\n"
-                                              for i in range(4)))
+    articles = [{"pageid": i, "title": "T", "text": f"Article\x00 {i}\x00."} for i in range(4)]
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(a) + "\n" for a in articles))
     pw.main(["--input", str(tmp_path / "a.jsonl"), "--tokenizer", "byte", "--min_chars", "0", "--val_fraction", "0",
              "--out_dir", str(tmp_path), "--name", "nul"])
     assert "removed 8 NUL characters" in capsys.readouterr().out
