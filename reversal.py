@@ -1,5 +1,6 @@
 """
-Seed 002's sequence-reversal task, posed as language modelling: the zero-setup demo of train.py.
+The task of the sequence-reversal study ("Simple Transformer Implementation"), reversing 1..5 digits,
+posed as language modelling: the zero-setup demo of train.py.
 
 A sequence x of 1..5 digits (tokens 1..9) becomes one training sequence
     [START] x [SEP] reversed(x) [PAD ...]        e.g. 10 3 5 4 11 4 5 3 0 0 0 0

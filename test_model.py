@@ -1,4 +1,4 @@
-"""Specifications of model.py: the seeds' parameter counts, causality, the KV cache, the embedding loss."""
+"""Specifications of model.py: the write-ups' parameter counts, causality, the KV cache, the embedding loss."""
 
 import itertools
 
@@ -25,7 +25,7 @@ def tokens(B=3, T=12, seed=1):
     return torch.randint(0, TINY["vocab_size"], (B, T), generator=torch.Generator().manual_seed(seed))
 
 
-# --- 1. the seeds' parameter counts (vocab 50257, no bias, context 200) ---
+# --- 1. the parameter counts in the tables of the write-up and its draft (vocab 50257, no bias, context 200) ---
 
 @pytest.mark.parametrize("flags, expected", [
     (dict(variant="encdec", n_embed=150, n_head=5, n_layer=13, embedding_loss="mse", embedding_ln="init",
@@ -36,7 +36,7 @@ def tokens(B=3, T=12, seed=1):
     (dict(variant="baseline", n_embed=210, n_head=10, n_layer=10), 15_850_380),
     (dict(variant="parallel", n_embed=200, n_head=5, n_layer=5, embedding_loss="mse"), 15_698_400),
 ])
-def test_parameter_counts_match_the_seed_tables(flags, expected):
+def test_parameter_counts_match_the_write_up_tables(flags, expected):
     model = build_model(ModelConfig(vocab_size=50257, context_size=200, bias=False, **flags))
     assert model.num_params() == expected
 
@@ -217,7 +217,7 @@ def test_no_embedding_loss_means_no_such_term():
 
 @pytest.mark.parametrize("loss, embedding_ln, encoder_out_ln", list(itertools.product(
     ("mse", "cosine", "log_cosine"), ("none", "init", "avg_cum_sum"), (True, False))))
-def test_embedding_loss_equals_the_seed_formula(loss, embedding_ln, encoder_out_ln):
+def test_embedding_loss_equals_the_write_up_formula(loss, embedding_ln, encoder_out_ln):
     model = tiny(variant="encdec", embedding_loss=loss, embedding_ln=embedding_ln, encoder_out_ln=encoder_out_ln).eval()
     idx = tokens()
     E, encoder_out = capture_E_and_encoder_out(model, idx)
@@ -339,7 +339,7 @@ def test_bad_flags_raise_value_error_naming_the_flag(flags, named):
         ModelConfig(**{**TINY, **flags})
 
 
-def test_defaults_are_seed_001_best_configuration():
+def test_defaults_are_the_write_ups_best_configuration():
     c = ModelConfig()
     assert (c.variant, c.n_embed, c.n_head, c.n_layer, c.context_size, c.cross_n_head) == ("encdec", 150, 5, 13, 200, 10)
     assert (c.embedding_loss, c.embedding_loss_coeff, c.embedding_ln, c.encoder_out_ln, c.detach) == ("mse", 8.0, "init", True, "encoder_out")

@@ -2,6 +2,7 @@
 
     python -m pytest -q test_prepare.py
 """
+import hashlib
 import json
 import os
 import socket
@@ -17,7 +18,6 @@ import pytest
 import prepare_wikipedia as pw
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WIKITEXT2_VALID = os.path.join(HERE, "..", "shared", "data", "wikitext-2", "valid.txt")
 
 # a fake Wikipedia: 8 real articles and a stub; the random generator repeats pages
 PAGES = {pid: (f"Article {pid}", f"Article {pid} is page number {pid} of the fake wiki. " * 3) for pid in range(1, 9)}
@@ -33,6 +33,8 @@ class FakeApi:
         self.served = 0  # pages served so far, an index into RANDOM_SEQUENCE
         self.faults = {}  # request number -> "429" | "500" | "drop" | "maxlag"
         self.fail_after = None  # after this many served pages, answer 503 forever
+        self.answer = None  # a JSON body to send instead of every page (a malformed or odd answer)
+        self.pages_as_dict = False  # pages keyed by id, as older MediaWiki versions send them
         self.requests = []  # (query params, headers) per request
 
 
@@ -47,18 +49,34 @@ class ApiHandler(BaseHTTPRequestHandler):
             self.close_connection = True  # hang up without a word
         elif fault == "429":
             self.reply(429, {}, {"Retry-After": "0"})
+        elif fault == "429 for an hour":
+            self.reply(429, {}, {"Retry-After": "3600"})
+        elif fault == "trickle":  # a valid answer, one byte every 5 ms: 2 s in all
+            self.send_response(200)
+            self.send_header("Content-Length", "400")
+            self.end_headers()
+            try:
+                for byte in b"{}".rjust(400):
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    threading.Event().wait(0.005)
+            except OSError:
+                pass  # the client hung up
         elif fault == "500":
             self.reply(500, {})
         elif api.fail_after is not None and api.served >= api.fail_after:
             self.reply(503, {})
         elif fault == "maxlag":
             self.reply(200, {"error": {"code": "maxlag", "info": "Waiting for db1: 6 seconds lagged"}}, {"Retry-After": "0"})
+        elif api.answer is not None:
+            self.reply(200, api.answer)
         else:
             pid = RANDOM_SEQUENCE[api.served % len(RANDOM_SEQUENCE)]
             api.served += 1
             title, text = PAGES[pid]
+            page = {"pageid": pid, "ns": 0, "title": title, "extract": text}
             self.reply(200, {"batchcomplete": True, "continue": {"grncontinue": "0.5|0.6|0|0", "continue": "grncontinue||"},
-                             "query": {"pages": [{"pageid": pid, "ns": 0, "title": title, "extract": text}]}})
+                             "query": {"pages": {str(pid): page} if api.pages_as_dict else [page]}})
 
     def reply(self, status, body, headers={}):
         data = json.dumps(body).encode()
@@ -144,6 +162,63 @@ def test_last_failed_try_is_one_line_error_with_nonzero_exit(wiki, tmp_path):
     assert_one_line_error(str(e.value.code), f"could not reach {wiki.url} after {pw.MAX_TRIES} tries (HTTP 503)")
 
 
+def test_long_retry_after_is_capped_and_announced(wiki, tmp_path, monkeypatch, capsys):
+    waits = []
+    monkeypatch.setattr(pw.time, "sleep", waits.append)
+    wiki.faults = {0: "429 for an hour"}
+    fetch(wiki, tmp_path, 2)
+    assert waits == [pw.MAX_WAIT]
+    err = capsys.readouterr().err
+    assert f"waiting {pw.MAX_WAIT} s" in err and "asked for 3600 s" in err
+    assert cached_pageids(tmp_path) == FETCH_ORDER[:2]
+
+
+def test_server_trickling_bytes_hits_the_deadline_of_the_whole_request(wiki, tmp_path, monkeypatch):
+    monkeypatch.setattr(pw, "REQUEST_DEADLINE", 0.05)  # each byte arrives well within any per-read timeout
+    monkeypatch.setattr(pw, "MAX_TRIES", 2)
+    wiki.faults = {0: "trickle", 1: "trickle"}
+    with pytest.raises(SystemExit) as e:
+        fetch(wiki, tmp_path)
+    assert_one_line_error(str(e.value.code), "after 2 tries (no complete answer within 0.05 s)")
+
+
+def test_pages_keyed_by_id_as_older_mediawiki_sends_them_are_read(wiki, tmp_path):
+    wiki.pages_as_dict = True
+    fetch(wiki, tmp_path)
+    assert cached_pageids(tmp_path) == FETCH_ORDER
+
+
+@pytest.mark.parametrize("answer, phrase", [
+    ([{"pageid": 1}], "answered a JSON list, not an object"),
+    ({"query": {"pages": [{"ns": 0, "title": "A", "extract": "text " * 20}]}}, "a page without an integer 'pageid'"),
+    ({"query": {"pages": [{"pageid": 1, "title": "A", "extract": 12345}]}},
+     "page 1 with an 'extract' that is not text (int)"),
+    ({"query": {"pages": "none"}}, "'query' without a list of page objects"),
+    ({"error": "readonly"}, "returned an error: readonly")])
+def test_malformed_but_plausible_answer_is_one_line_error(wiki, tmp_path, answer, phrase):
+    wiki.answer = answer
+    with pytest.raises(SystemExit) as e:
+        fetch(wiki, tmp_path)
+    assert_one_line_error(str(e.value.code), wiki.url, phrase)
+
+
+def test_pages_without_extract_stop_early_saying_what_the_api_sent(wiki, tmp_path):
+    wiki.answer = {"query": {"pages": [{"pageid": 5, "ns": 0, "title": "Article 5"}]}}
+    with pytest.raises(SystemExit) as e:
+        fetch(wiki, tmp_path)
+    assert len(wiki.requests) == pw.MAX_NO_EXTRACT
+    assert_one_line_error(str(e.value.code), "pages without an 'extract'", '"title": "Article 5"', "TextExtracts")
+
+
+def test_run_of_stubs_says_what_the_api_sent(wiki, tmp_path, monkeypatch):
+    monkeypatch.setattr(pw, "MAX_MISSES", 5)
+    wiki.answer = {"query": {"pages": [{"pageid": 99, "ns": 0, "title": "Stub", "extract": "Too short."}]}}
+    with pytest.raises(SystemExit) as e:
+        fetch(wiki, tmp_path)
+    assert len(wiki.requests) == 5
+    assert_one_line_error(str(e.value.code), "(the API sent: 5 shorter than --min_chars)", "--min_chars")
+
+
 def test_unreachable_api_exits_nonzero_with_one_line_error_and_no_traceback(tmp_path):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
@@ -190,6 +265,150 @@ def test_complete_cache_is_reused_without_requests(wiki, tmp_path):
     assert len(wiki.requests) == num_requests
     meta = json.load(open(tmp_path / "wiki" / "meta.json"))
     assert meta["train_articles"] + meta["val_articles"] == 5
+
+# -----------------------------------------------------------------------------
+# WikiText-2 downloads
+
+
+class FileHandler(BaseHTTPRequestHandler):
+    """A fake raw-file host: serves `files`, honours Range, and for the paths in `cut` sends only the first
+    half of the body once before hanging up."""
+    files, cut, ranges, ignore_range = {}, set(), [], False
+
+    def do_GET(self):
+        name = self.path.rsplit("/", 1)[-1]
+        self.ranges.append((name, self.headers.get("Range")))
+        if name not in self.files:
+            self.send_error(404)
+            return
+        data, start = self.files[name], 0
+        if self.headers.get("Range") and not self.ignore_range:
+            start = int(self.headers["Range"].removeprefix("bytes=").rstrip("-"))
+            if start >= len(data):
+                self.send_error(416)
+                return
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        else:
+            self.send_response(200)
+        self.send_header("Content-Length", str(len(data) - start))
+        self.end_headers()
+        if name in self.cut:
+            self.cut.discard(name)
+            self.wfile.write(data[start:start + (len(data) - start) // 2])
+            self.close_connection = True
+        else:
+            self.wfile.write(data[start:])
+
+    def log_message(self, *args):
+        pass
+
+
+def wikitext(seed):
+    text = "".join(f" \n = Topic {seed} {i} = \n \n" + f" Sentence {i} of file {seed} . \n" * 3 for i in range(8))
+    return text.encode("utf-8")
+
+
+@pytest.fixture
+def wikitext2_host(monkeypatch):
+    """A fake host of train.txt, valid.txt, test.txt, with the checksums of these files patched in."""
+    files = {"train.txt": wikitext(0), "valid.txt": wikitext(1), "test.txt": wikitext(2)}
+    monkeypatch.setattr(pw, "WIKITEXT2_FILES", {
+        "train": ("train.txt", "git-blob",
+                  hashlib.sha1(b"blob %d\0" % len(files["train.txt"]) + files["train.txt"]).hexdigest()),
+        "valid": ("valid.txt", "sha256", hashlib.sha256(files["valid.txt"]).hexdigest()),
+        "test": ("test.txt", "sha256", hashlib.sha256(files["test.txt"]).hexdigest())})
+    handler = type("Handler", (FileHandler,), {"files": files, "cut": set(), "ranges": []})
+    server = HTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    handler.url = f"http://127.0.0.1:{server.server_port}/examples/wikitext-2/"
+    yield handler
+    server.shutdown()
+    server.server_close()
+
+
+def prepare_wikitext2(host, tmp_path, *extra):
+    pw.main(["--wikitext2_url", host.url, "--retry_delay", "0", "--min_chars", "0", "--tokenizer", "byte",
+             "--out_dir", str(tmp_path), *extra])
+
+
+def test_git_blob_checksum_is_what_git_hash_object_prints(tmp_path):
+    (tmp_path / "hello").write_bytes(b"hello\n")
+    assert pw.file_checksum(str(tmp_path / "hello"), "git-blob") == "ce013625030ba8dba906f756967f9e9ca394464a"
+
+
+def test_wikitext2_download_prepares_token_for_token_what_input_prepares(wikitext2_host, tmp_path):
+    prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2")
+    cache = tmp_path / "wikitext-2"
+    assert os.listdir(cache) == ["valid.txt"] and (cache / "valid.txt").read_bytes() == wikitext(1)
+    pw.main(["--input", str(cache / "valid.txt"), "--min_chars", "0", "--tokenizer", "byte",
+             "--out_dir", str(tmp_path), "--name", "by_input"])
+    for f in ("train.bin", "val.bin"):
+        assert (tmp_path / "wikitext2_valid_byte" / f).read_bytes() == (tmp_path / "by_input" / f).read_bytes()
+    prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2")  # cached: checked, not downloaded again
+    assert wikitext2_host.ranges == [("valid.txt", None)]
+
+
+def test_wikitext2_all_downloads_and_checks_the_three_files(wikitext2_host, tmp_path):
+    prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2=all")
+    assert sorted(os.listdir(tmp_path / "wikitext-2")) == ["test.txt", "train.txt", "valid.txt"]
+    meta = json.load(open(tmp_path / "wikitext2_all_byte" / "meta.json"))
+    assert meta["train_articles"] + meta["val_articles"] == 24
+
+
+def test_cut_download_resumes_with_a_range_request(wikitext2_host, tmp_path):
+    wikitext2_host.cut = {"valid.txt"}
+    prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2=valid")
+    half = len(wikitext(1)) // 2
+    assert wikitext2_host.ranges == [("valid.txt", None), ("valid.txt", f"bytes={half}-")]
+    assert (tmp_path / "wikitext-2" / "valid.txt").read_bytes() == wikitext(1)
+
+
+@pytest.mark.parametrize("ignore_range", [False, True])
+def test_partial_download_of_an_earlier_run_is_resumed_or_restarted(wikitext2_host, tmp_path, ignore_range):
+    wikitext2_host.ignore_range = ignore_range  # then the whole file comes again, and replaces the part
+    (tmp_path / "wikitext-2").mkdir()
+    (tmp_path / "wikitext-2" / "test.txt.part").write_bytes(wikitext(2)[:100])
+    prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2=test")
+    assert wikitext2_host.ranges == [("test.txt", "bytes=100-")]
+    assert os.listdir(tmp_path / "wikitext-2") == ["test.txt"]
+    assert (tmp_path / "wikitext-2" / "test.txt").read_bytes() == wikitext(2)
+
+
+def test_checksum_mismatch_names_the_file_and_deletes_the_download(wikitext2_host, tmp_path):
+    wikitext2_host.files["valid.txt"] = wikitext(1).replace(b"Sentence", b"Sentences")
+    with pytest.raises(SystemExit) as e:
+        prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2")
+    assert_one_line_error(str(e.value.code), "valid.txt from", "does not have the expected sha256", "deleted")
+    assert os.listdir(tmp_path / "wikitext-2") == []
+
+
+def test_wikitext2_host_down_is_one_line_error_suggesting_input(tmp_path):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(SystemExit) as e:
+        pw.main(["--wikitext2", "--wikitext2_url", f"http://127.0.0.1:{port}/", "--retry_delay", "0",
+                 "--out_dir", str(tmp_path)])
+    assert_one_line_error(str(e.value.code), f"could not download http://127.0.0.1:{port}/valid.txt",
+                          "(ConnectionError)", "no network?", "--input PATH")
+
+@pytest.mark.parametrize("dataset", ["wikitext2_valid_byte", "wikitext2_test_gpt2"])
+def test_prepare_command_of_a_wikitext2_dataset_builds_that_dataset(wikitext2_host, tmp_path, dataset):
+    command = pw.prepare_command(dataset).split()
+    assert command[:2] == ["python", "prepare_wikipedia.py"]
+    prepare_wikitext2(wikitext2_host, tmp_path, *command[2:])
+    assert sorted(os.listdir(tmp_path / dataset)) == ["meta.json", "train.bin", "val.bin"]
+
+def test_no_network_stops_at_once_with_one_line_error(tmp_path, monkeypatch):
+    def no_dns(*args, **kwargs):
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+    monkeypatch.setattr(socket, "getaddrinfo", no_dns)  # what a machine without network answers
+    for args in (["--wikitext2"], ["--num_articles", "1"]):
+        with pytest.raises(SystemExit) as e:
+            pw.main([*args, "--out_dir", str(tmp_path)])  # the default, real URLs: never reached
+        assert_one_line_error(str(e.value.code), "host name does not resolve (no network?)", "--input PATH")
+
 
 # -----------------------------------------------------------------------------
 # tokenizers
@@ -321,13 +540,27 @@ def test_bad_input_is_one_line_error_naming_the_problem(tmp_path, kind, phrase):
     assert_one_line_error(str(e.value.code), phrase, str(path))
 
 
-@pytest.mark.skipif(not os.path.exists(WIKITEXT2_VALID), reason="../shared/data/wikitext-2/valid.txt is absent "
-                    "(it is only in the shared workspace, not in a checkout)")
-def test_real_wikitext2_valid_splits_into_its_60_articles_and_tokenizes_all_their_bytes(tmp_path):
-    text = open(WIKITEXT2_VALID, encoding="utf-8").read()
-    articles = pw.split_wikitext(text, "valid.txt")
-    assert len(articles) == 60 and articles[0]["title"] == "Homarus gammarus"
-    pw.main(["--input", WIKITEXT2_VALID, "--tokenizer", "byte", "--out_dir", str(tmp_path), "--name", "wt2"])
-    meta = json.load(open(tmp_path / "wt2" / "meta.json"))
-    assert meta["train_articles"] + meta["val_articles"] == 60
-    assert meta["train_tokens"] + meta["val_tokens"] == sum(len(a["text"].encode("utf-8")) + 1 for a in articles)
+def test_text_that_is_not_utf8_is_refused_naming_the_file_and_byte_offset(tmp_path):
+    path = tmp_path / "latin1.txt"
+    path.write_bytes(" = Zürich = \n A city .\n".encode("latin-1"))
+    with pytest.raises(SystemExit) as e:
+        pw.main(["--input", str(path), "--tokenizer", "byte", "--min_chars", "0", "--out_dir", str(tmp_path)])
+    assert_one_line_error(str(e.value.code), str(path), "not UTF-8", "byte 0xfc at byte offset 4")
+
+
+def test_text_file_with_nul_is_refused_as_binary(tmp_path):
+    path = tmp_path / "utf16.txt"
+    path.write_bytes(" = Title = \n Text .\n".encode("utf-16-le"))
+    with pytest.raises(SystemExit) as e:
+        pw.main(["--input", str(path), "--tokenizer", "byte", "--min_chars", "0", "--out_dir", str(tmp_path)])
+    assert_one_line_error(str(e.value.code), str(path), "NUL byte at byte offset 1")
+
+
+def test_nul_in_articles_never_becomes_an_end_of_text_inside_an_article(tmp_path, capsys):
+    articles = [{"pageid": i, "title": "T", "text": f"Article\x00 {i}\x00."} for i in range(4)]
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(a) + "\n" for a in articles))
+    pw.main(["--input", str(tmp_path / "a.jsonl"), "--tokenizer", "byte", "--min_chars", "0", "--val_fraction", "0",
+             "--out_dir", str(tmp_path), "--name", "nul"])
+    assert "removed 8 NUL characters" in capsys.readouterr().out
+    _, decode, _, eot_token = pw.get_tokenizer("byte")
+    assert sorted(read_split(tmp_path / "nul", "train", decode, eot_token)) == [f"Article {i}." for i in range(4)]

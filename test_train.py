@@ -224,7 +224,7 @@ def load_config(path):
 @pytest.mark.parametrize("name, params", [
     ("paper_baseline", 16_036_800), ("paper_smaller_baseline", 15_441_192), ("paper_dropout_baseline", 16_036_800),
     ("paper_encdec_mse_pos_sub", 15_763_500), ("paper_parallel", 15_698_400), ("paper_parallel_baseline", 15_850_380)])
-def test_paper_configs_have_the_seeds_parameter_counts(name, params):
+def test_paper_configs_have_the_write_ups_parameter_counts(name, params):
     config = ModelConfig(vocab_size=50257, **load_config(os.path.join(HERE, "config", f"{name}.py")))
     assert build_model(config).num_params() == params
 

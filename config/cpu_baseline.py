@@ -1,4 +1,4 @@
-# CPU scale: decoder-only baseline (seed 001 "baseline": 26 layers of n_embed 160)
+# CPU scale: decoder-only baseline (the write-up's "baseline": 26 layers of n_embed 160)
 from config.cpu_base import *
 out_dir = "out/cpu_baseline"
 variant = "baseline"

@@ -1,4 +1,4 @@
-# CPU scale: baseline with 0.2 dropout (seed 001 "0.2 dropout baseline")
+# CPU scale: baseline with 0.2 dropout (the write-up's "0.2 dropout baseline")
 from config.cpu_base import *
 out_dir = "out/cpu_dropout_baseline"
 variant = "baseline"

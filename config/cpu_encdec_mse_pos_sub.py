@@ -1,4 +1,4 @@
-# CPU scale: encoder-decoder with the MSE embedding loss and pos sub (seed 001's best)
+# CPU scale: encoder-decoder with the MSE embedding loss and pos sub (the write-up's best)
 from config.cpu_base import *
 out_dir = "out/cpu_encdec_mse_pos_sub"
 variant = "encdec"

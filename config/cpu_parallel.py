@@ -1,4 +1,5 @@
-# CPU scale: seed 000's parallel encoder-decoder (MSE loss, next-position embedding added to the decoder input)
+# CPU scale: the parallel encoder-decoder of the draft "Parallel Encoder-Decoder Transformer"
+# (MSE loss, next-position embedding added to the decoder input)
 from config.cpu_base import *
 out_dir = "out/cpu_parallel"
 variant = "parallel"

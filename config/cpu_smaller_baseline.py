@@ -1,4 +1,4 @@
-# CPU scale: baseline with fewer parameters than the encoder-decoders (seed 001 "smaller baseline")
+# CPU scale: baseline with fewer parameters than the encoder-decoders (the write-up's "smaller baseline")
 from config.cpu_base import *
 out_dir = "out/cpu_smaller_baseline"
 variant = "baseline"

@@ -1,4 +1,5 @@
-# Training schedule of every seed 001 appendix run (one A100, 9k steps on Wikipedia); the model files import it.
+# Training schedule of every appendix run of the write-up "Auto-regressive Encoder-Decoder Transformer" (Yan, 2024):
+# one A100, 9k steps on Wikipedia. The model files import it.
 # These are also train.py's defaults, written out so that the paper runs stay fixed if the defaults change.
 dataset = "wikipedia"
 batch_size = 50

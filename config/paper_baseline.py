@@ -1,4 +1,4 @@
-# seed 001 "baseline": decoder-only GPT, 16,036,800 parameters with the GPT-2 vocabulary
+# The write-up's "baseline": decoder-only GPT, 16,036,800 parameters with the GPT-2 vocabulary
 from config.paper_base import *
 out_dir = "out/paper_baseline"
 variant = "baseline"

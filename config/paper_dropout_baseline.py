@@ -1,4 +1,4 @@
-# seed 001 "0.2 dropout baseline"
+# The write-up's "0.2 dropout baseline"
 from config.paper_base import *
 out_dir = "out/paper_dropout_baseline"
 variant = "baseline"

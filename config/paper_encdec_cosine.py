@@ -1,4 +1,4 @@
-# seed 001 "with cosine-dissimilarity embedding loss"
+# The write-up's run "with cosine-dissimilarity embedding loss"
 from config.paper_base import *
 out_dir = "out/paper_encdec_cosine"
 variant = "encdec"

@@ -1,4 +1,4 @@
-# seed 001 "with MSE embedding loss"
+# The write-up's run "with MSE embedding loss"
 from config.paper_base import *
 out_dir = "out/paper_encdec_mse"
 variant = "encdec"

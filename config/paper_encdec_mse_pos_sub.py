@@ -1,4 +1,4 @@
-# seed 001 "with MSE embedding loss and pos sub", the best run: 15,763,500 parameters
+# The write-up's run "with MSE embedding loss and pos sub", the best run: 15,763,500 parameters
 from config.paper_base import *
 out_dir = "out/paper_encdec_mse_pos_sub"
 variant = "encdec"

@@ -1,4 +1,4 @@
-# seed 001 "no embedding loss and no pos sub"
+# The write-up's run "no embedding loss and no pos sub"
 from config.paper_base import *
 out_dir = "out/paper_encdec_none"
 variant = "encdec"

@@ -1,4 +1,4 @@
-# seed 001 "with pos embed sub"
+# The write-up's run "with pos embed sub"
 from config.paper_base import *
 out_dir = "out/paper_encdec_pos_sub"
 variant = "encdec"

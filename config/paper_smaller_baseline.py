@@ -1,4 +1,4 @@
-# seed 001 "smaller baseline": fewer parameters (15,441,192) than the best encoder-decoder
+# The write-up's "smaller baseline": fewer parameters (15,441,192) than the best encoder-decoder
 from config.paper_base import *
 out_dir = "out/paper_smaller_baseline"
 variant = "baseline"
