@@ -415,9 +415,10 @@ def wikitext2_files(split, url, folder, retry_delay):
 
 def prepare_command(dataset):
     """The command that builds data/<dataset> under the default names, for train.py's hint when it is missing."""
-    wikitext2 = re.fullmatch(r"wikitext2_(train|valid|test|all)_(gpt2|byte)", dataset)
+    wikitext2 = re.fullmatch(r"wikitext2_(train|valid|test|all)_(gpt2|byte)(c?)", dataset)
     if wikitext2:
-        return f"python prepare_wikipedia.py --wikitext2={wikitext2[1]} --tokenizer={wikitext2[2]}"
+        return (f"python prepare_wikipedia.py --wikitext2={wikitext2[1]} --tokenizer={wikitext2[2]}"
+                + " --compact_vocab" * bool(wikitext2[3]))
     if dataset == "wikipedia":
         return "python prepare_wikipedia.py"
     lang = re.fullmatch(r"wikipedia_([a-z-]+)", dataset)
@@ -452,7 +453,7 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=1337, help="seed of the train/val split")
     parser.add_argument("--out_dir", default="data")
     parser.add_argument("--name", default=None, help="dataset folder name (default: wikipedia, wikipedia_<lang>, "
-                                                      "or wikitext2_<split>_<tokenizer>)")
+                                                      "or wikitext2_<split>_<tokenizer>, + c with --compact_vocab)")
     args = parser.parse_args(argv)
     if args.input and args.wikitext2:
         die("give --input or --wikitext2, not both")
@@ -461,7 +462,9 @@ def main(argv=None):
     if not 0 <= args.val_fraction < 1:
         die(f"--val_fraction must be in [0, 1), got {args.val_fraction}")
     encode, _, vocab_size, eot_token = get_tokenizer(args.tokenizer)  # fail fast on a bad name
-    name = args.name or (f"wikitext2_{args.wikitext2}_{args.tokenizer}" if args.wikitext2 else
+    if args.compact_vocab and args.tokenizer != "gpt2":
+        die("--compact_vocab renumbers GPT-2 token ids; use it with --tokenizer gpt2")
+    name = args.name or (f"wikitext2_{args.wikitext2}_{args.tokenizer}{'c' * args.compact_vocab}" if args.wikitext2 else
                          "wikipedia" if args.lang == "en" else f"wikipedia_{args.lang}")
     if args.wikitext2:  # from here on exactly as --input with the downloaded files
         args.input = wikitext2_files(args.wikitext2, args.wikitext2_url, os.path.join(args.out_dir, "wikitext-2"),

@@ -393,7 +393,7 @@ def test_wikitext2_host_down_is_one_line_error_suggesting_input(tmp_path):
     assert_one_line_error(str(e.value.code), f"could not download http://127.0.0.1:{port}/valid.txt",
                           "(ConnectionError)", "no network?", "--input PATH")
 
-@pytest.mark.parametrize("dataset", ["wikitext2_valid_byte", "wikitext2_test_gpt2"])
+@pytest.mark.parametrize("dataset", ["wikitext2_valid_byte", "wikitext2_test_gpt2", "wikitext2_valid_gpt2c"])
 def test_prepare_command_of_a_wikitext2_dataset_builds_that_dataset(wikitext2_host, tmp_path, dataset):
     command = pw.prepare_command(dataset).split()
     assert command[:2] == ["python", "prepare_wikipedia.py"]
