@@ -1,10 +1,11 @@
 """
 The auto-regressive encoder-decoder transformer, and the decoder-only GPT it is compared with.
 
-Three variants, chosen by `ModelConfig.variant`:
+From the write-up "Auto-regressive Encoder-Decoder Transformer" (Yan, 2024) and its earlier draft, "Parallel
+Encoder-Decoder Transformer". Three variants, chosen by `ModelConfig.variant`:
   baseline  decoder-only GPT (nanoGPT-style)
-  encdec    causal encoder stack, then a decoder stack that cross-attends to the encoder output (seed 001)
-  parallel  encoder and decoder blocks side by side in every layer (seed 000, the earlier draft)
+  encdec    causal encoder stack, then a decoder stack that cross-attends to the encoder output (the write-up)
+  parallel  encoder and decoder blocks side by side in every layer (the earlier draft)
 Read top to bottom: config, attention, MLP, blocks, then the model with its three forward passes.
 """
 
@@ -30,12 +31,12 @@ class ModelConfig:
     vocab_size: int = 50257
     context_size: int = 200
     n_embed: int = 150
-    n_layer: int = 13  # layers per side for the encoder-decoders, as in the seeds
+    n_layer: int = 13  # layers per side for the encoder-decoders, as in the write-ups
     n_head: int = 5
     dropout: float = 0.0
     bias: bool = False
     # Flags of the encoder-decoders. None means "the variant's default", filled in by __post_init__:
-    # seed 001's best configuration for encdec / parallel, and "off" for baseline.
+    # the write-up's best configuration for encdec / parallel, and "off" for baseline.
     n_encoder_layer: Optional[int] = None  # default n_layer
     n_decoder_layer: Optional[int] = None  # default n_layer
     cross_n_head: Optional[int] = None  # default 2 x n_head
@@ -133,7 +134,7 @@ def causal_attention(q, k, v, dropout_p):
     scale = 1 / math.sqrt(hs)
     if hs % 8:
         # The fused attention kernels are up to 1.6x slower for head sizes that are not a multiple of 8 (the
-        # seeds' cross-attention has 15). Zero columns change no dot product and give zero output columns.
+        # write-up's cross-attention has 15). Zero columns change no dot product and give zero output columns.
         q, k, v = (F.pad(t, (0, -hs % 8)) for t in (q, k, v))
     mask = None  # one new token (T == 1) sees every key; T == L is the plain causal case
     if 1 < T < L:  # query i sits at position L - T + i and may see keys 0 .. L - T + i
@@ -315,7 +316,7 @@ class Transformer(nn.Module):
         return {"ce": None if ce is None else ce.item(), "embedding": None if embedding is None else embedding.item()}
 
     def num_params(self):
-        """Parameters without the positional embedding (the seeds' convention); the tied output layer counts once."""
+        """Parameters without the positional embedding (the write-ups' convention); the tied output layer counts once."""
         return sum(p.numel() for p in self.parameters()) - self.wpe.weight.numel()
 
     def next_pos_embed(self, t0, T):
@@ -393,7 +394,7 @@ class Transformer(nn.Module):
         return logits, loss
 
     def embedding_dissimilarity(self, E, encoder_out):
-        """Seed 001's embedding loss before its mean over positions: (B, T)."""
+        """The write-up's embedding loss before its mean over positions: (B, T)."""
         c = self.config
         if c.detach == "encoder_out":
             encoder_out = encoder_out.detach()  # only the embeddings learn from this loss
