@@ -1,0 +1,68 @@
+"""Specifications of study.py: its suites' configurations and the paired statistics behind the verdicts.
+
+    python -m pytest -q test_study.py
+"""
+import math
+import os
+
+import numpy as np
+import pytest
+
+import study
+from model import ModelConfig, build_model
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def model_of(suite, run):
+    namespace = {}
+    exec(open(os.path.join(HERE, "config", f"{study.SUITES[suite]['config']}{run}.py")).read(), namespace)
+    return namespace, build_model(ModelConfig(**{k: v for k, v in namespace.items() if k in ModelConfig.flags()}))
+
+
+@pytest.mark.parametrize("suite", sorted(study.SUITES))
+def test_every_run_of_a_suite_has_a_config_on_the_suites_dataset(suite):
+    for run in study.SUITES[suite]["runs"]:
+        namespace, _ = model_of(suite, run)
+        assert namespace["dataset"] == study.SUITES[suite]["dataset"], run
+
+
+def test_gpt2_suite_matches_parameters_as_the_write_up_does():
+    """Every encoder-decoder has at most the baseline's parameters; the smaller baseline has fewer than any of them."""
+    params = {run: model_of("gpt2", run)[1].num_params() for run in study.SUITES["gpt2"]["runs"]}
+    encoder_decoders = [run for run in params if "baseline" not in run]
+    assert len(encoder_decoders) == 9
+    assert all(params[run] <= params["baseline"] for run in encoder_decoders)
+    assert all(params["smaller_baseline"] < params[run] for run in encoder_decoders)
+    assert params["dropout_baseline"] == params["baseline_pos_sub"] == params["baseline"]
+
+
+def test_gpt2_suite_changes_one_thing_at_a_time():
+    configs = {run: model_of("gpt2", run)[1].config for run in study.SUITES["gpt2"]["runs"]}
+    best = configs["encdec_mse_pos_sub"]
+    assert (best.embedding_loss, best.embedding_loss_coeff, best.sub_pos_embed) == ("mse", 8.0, "yes")
+    assert configs["encdec_mse_pos_sub_coeff1"].embedding_loss_coeff == 1.0
+    assert configs["encdec_mse_pos_sub_fixed_ln"].embedding_ln_affine is False
+    assert (configs["encdec_none"].embedding_loss, configs["encdec_none"].sub_pos_embed) == ("none", "no")
+    assert configs["parallel"].variant == "parallel" and configs["parallel"].embedding_loss_coeff == 0.25
+    assert configs["encdec_dropout"].dropout == configs["dropout_baseline"].dropout == 0.2
+
+
+def log(*val_losses, train=1.0):
+    return [{"iter": 10 * i, "val_loss": v, "train_loss": train} for i, v in enumerate(val_losses)]
+
+
+def test_run_figures_take_the_best_and_the_last_evaluation():
+    f = study.run_figures(log(5.0, 4.0, 4.5, train=3.0))
+    assert (f["best_val"], f["best_iter"], f["final_val"], f["final_train"], f["gap"]) == (4.0, 10, 4.5, 3.0, 1.5)
+
+
+def test_paired_difference_uses_the_seeds_both_runs_have_with_a_t_interval():
+    logs = {"baseline": {0: log(4.0), 1: log(4.2), 2: log(4.1), 3: log(9.0)},
+            "other": {0: log(3.9), 1: log(4.0), 2: log(4.05)}}
+    p = study.paired(logs, "other", "baseline", "best_val")
+    d = np.array([-0.1, -0.2, -0.05])
+    se = d.std(ddof=1) / math.sqrt(3)
+    assert p["n"] == 3 and p["wins"] == 3
+    assert math.isclose(p["mean"], d.mean()) and math.isclose(p["se"], se)
+    assert np.allclose(p["ci"], (d.mean() - 4.303 * se, d.mean() + 4.303 * se))
