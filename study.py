@@ -8,7 +8,8 @@ random seeds, through train.py: two suites, each resumable (run the same command
     python study.py --suite=gpt2 --results=my_rerun  # train everything again into another folder
 
 Logs go to results/<suite>_study/<run>_seed<N>/log.jsonl (read by notebooks/loss_curves.ipynb); a run whose log
-reaches max_iters is done, one with a checkpoint resumes from it; checkpoints are deleted once a run is done.
+reaches max_iters is done, one with a checkpoint resumes from it. Checkpoints stay next to the logs (git ignores
+them), for evaluate.py and sample.py, and so that a run can be extended exactly by raising max_iters.
 Runs with the same seed see the same batches, so each comparison is made seed by seed (paired).
 """
 import argparse
@@ -73,7 +74,6 @@ def train(suite, results, run, seed, max_iters):
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if result.returncode:
         return f"FAILED ({' '.join(cmd[1:])}):\n{(result.stdout + result.stderr)[-2000:]}", None
-    os.remove(os.path.join(out_dir, "ckpt.pt"))  # only the small logs are kept
     return f"{time.time() - t0:.0f}s" + (" (resumed)" if resume else ""), read_log(os.path.join(out_dir, "log.jsonl"))[-1]
 
 
