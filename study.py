@@ -107,9 +107,12 @@ def load(results, runs, seeds, done_iters=None):
 
 
 def run_figures(log):
-    """The figures of one run: best val loss (and where), final val and train loss, and their gap."""
+    """The figures of one run: best val loss (and where), final val and train loss, their gap, and the mean val loss
+    over the last quarter of the run (less noisy than one evaluation when the learning rate stays high)."""
     best = min(log, key=lambda r: r["val_loss"])
+    late = [r["val_loss"] for r in log if r["iter"] >= 0.75 * log[-1]["iter"]]
     return {"best_val": best["val_loss"], "best_iter": best["iter"], "final_val": log[-1]["val_loss"],
+            "late_val": sum(late) / len(late),
             "final_train": log[-1]["train_loss"], "gap": log[-1]["val_loss"] - log[-1]["train_loss"],
             "embedding": log[-1].get("val_embedding_loss")}
 

@@ -53,8 +53,10 @@ def log(*val_losses, train=1.0):
 
 
 def test_run_figures_take_the_best_and_the_last_evaluation():
-    f = study.run_figures(log(5.0, 4.0, 4.5, train=3.0))
-    assert (f["best_val"], f["best_iter"], f["final_val"], f["final_train"], f["gap"]) == (4.0, 10, 4.5, 3.0, 1.5)
+    f = study.run_figures(log(5.0, 4.0, 4.5, 4.6, 4.4, train=3.0))  # evaluations at steps 0, 10, 20, 30, 40
+    assert (f["best_val"], f["best_iter"], f["final_val"], f["final_train"]) == (4.0, 10, 4.4, 3.0)
+    assert math.isclose(f["gap"], 1.4)
+    assert math.isclose(f["late_val"], (4.6 + 4.4) / 2)  # steps 30 and 40: the last quarter
 
 
 def test_paired_difference_uses_the_seeds_both_runs_have_with_a_t_interval():
