@@ -1,16 +1,21 @@
 """
 Sample from a model trained by train.py (its out_dir/ckpt.pt), decoding with the dataset's tokenizer.
 
-    python sample.py --out_dir=out --start="The history of" --num_samples=3 --max_new_tokens=200
-    python sample.py --out_dir=out --start=FILE:prompt.txt
+    python sample.py --out_dir=out-wikipedia --start="The history of" --num_samples=3 --max_new_tokens=200
+    python sample.py --out_dir=out-wikipedia --start=FILE:prompt.txt
     python sample.py --out_dir=out-reversal --start="3 5 4 2 1"    # reversal: the digits to reverse
+    python sample.py --out_dir=out-reversal                        # reversal: random digit sequences
 """
 import argparse
+import glob
 import json
+import math
 import os
+import re
 import sys
 from contextlib import nullcontext
 
+import numpy as np
 import torch
 
 import reversal
@@ -23,22 +28,34 @@ def fail(message):
 
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-parser.add_argument("--out_dir", default="out", help="the training run's folder, holding ckpt.pt")
-parser.add_argument("--start", default="\n", help="the prompt, or FILE:path to read it from a file")
+parser.add_argument("--out_dir", default=None, help="the training run's folder, holding ckpt.pt (default: the one out-*/ folder here)")
+parser.add_argument("--start", default=None, help="the prompt, or FILE:path to read it from a file "
+                                                  "(default: a new line; reversal: a random digit sequence per sample)")
 parser.add_argument("--num_samples", type=int, default=3)
 parser.add_argument("--max_new_tokens", type=int, default=300, help="tokens to generate (reversal: as many as digits)")
 parser.add_argument("--temperature", type=float, default=0.8, help="below 1: more likely tokens, above 1: more random")
 parser.add_argument("--top_k", type=int, default=None, help="sample only from the k most likely tokens (default 200; reversal: 1, greedy)")
 parser.add_argument("--seed", type=int, default=1337)
-parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu, cuda or cuda:N")
 parser.error = lambda message: fail(f"{message} (see python sample.py --help)")  # one line, not argparse's usage block
 args = parser.parse_args()
-if args.temperature <= 0 or (args.top_k is not None and args.top_k < 1) or args.num_samples < 1 or args.max_new_tokens < 0:
-    fail("use --temperature > 0, --top_k >= 1, --num_samples >= 1 and --max_new_tokens >= 0")
+for name, allowed, fix in (("temperature", 0 < args.temperature < math.inf, "use a number above 0, e.g. 0.8"),
+                           ("top_k", args.top_k is None or args.top_k >= 1, "use 1 or more"),
+                           ("num_samples", args.num_samples >= 1, "use 1 or more"),
+                           ("max_new_tokens", args.max_new_tokens >= 0, "use 0 or more"),
+                           ("seed", 0 <= args.seed < 2 ** 63, "use an integer from 0 to 2**63 - 1"),
+                           ("device", re.fullmatch(r"cpu|cuda(:\d+)?", args.device), "use --device=cpu, cuda or cuda:N")):
+    if not allowed:
+        fail(f"{name}={getattr(args, name)!r} is not allowed; {fix}")
 
 # the model
 if args.device.startswith("cuda") and not torch.cuda.is_available():
     fail(f"device={args.device!r} but CUDA is not available here; use --device=cpu")
+if args.out_dir is None:  # train.py's default folders are out-<dataset>
+    runs = sorted(os.path.dirname(path) for path in glob.glob("out-*/ckpt.pt"))
+    if len(runs) != 1:
+        fail(f"{'several runs here (' + ', '.join(runs) + ')' if runs else 'no out-*/ckpt.pt here'}; give the run's folder with --out_dir")
+    args.out_dir = runs[0]
 ckpt_path = os.path.join(args.out_dir, "ckpt.pt")
 if not os.path.exists(ckpt_path):
     fail(f"no checkpoint at {ckpt_path}; train one with train.py (its --out_dir), or point --out_dir at a run's folder")
@@ -53,40 +70,62 @@ dataset = checkpoint["train_config"]["dataset"]
 device_type = "cuda" if args.device.startswith("cuda") else "cpu"
 autocast = torch.autocast(device_type, dtype=torch.bfloat16) if device_type == "cuda" and torch.cuda.is_bf16_supported() else nullcontext()
 
-# the prompt, as tokens
+# the prompt
 start = args.start
-if start.startswith("FILE:"):
+if start is not None and start.startswith("FILE:"):
     try:
         with open(start[5:], encoding="utf-8") as f:
             start = f.read()
     except OSError as e:
         fail(f"cannot read the prompt file {start[5:]} ({e.strerror})")
+    except UnicodeDecodeError as e:
+        fail(f"the prompt file {start[5:]} is not UTF-8 text (byte {e.start}); give a text file")
+if start is not None:
+    try:
+        start.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that are not UTF-8 arrive from the command line as lone surrogates
+        fail("the prompt is not valid UTF-8 text; give it as UTF-8, or from a file with --start=FILE:path")
+torch.manual_seed(args.seed)
+
 if dataset == "reversal":
-    digits = [int(c) for c in start if c.isdigit()]
-    if not 1 <= len(digits) <= reversal.MAX_LEN or 0 in digits or any(not (c.isdigit() or c in " ,") for c in start.strip()):
-        fail(f"the reversal model takes 1 to {reversal.MAX_LEN} digits from 1 to 9, e.g. --start=\"3 5 4 2 1\"; got {start!r}")
-    prompt = [reversal.START, *digits, reversal.SEP]
-    max_new_tokens, top_k = len(digits), args.top_k or 1  # one right answer: greedy by default
-    decode = lambda ids: " ".join(str(int(i)) for i in ids)
+    if start is None:  # a random digit sequence per sample
+        rng = np.random.default_rng(args.seed)
+        prompts = [list(rng.integers(1, 10, size=rng.integers(1, reversal.MAX_LEN + 1))) for _ in range(args.num_samples)]
+    else:
+        digits = [int(c) for c in start if c.isdigit()]
+        if not 1 <= len(digits) <= reversal.MAX_LEN or 0 in digits or any(not (c.isdigit() or c in " ,") for c in start.strip()):
+            fail(f"the reversal model takes 1 to {reversal.MAX_LEN} digits from 1 to 9, e.g. --start=\"3 5 4 2 1\"; got {start!r}")
+        prompts = [digits] * (args.num_samples if args.top_k not in (None, 1) else 1)  # greedy has one answer
+    for digits in prompts:  # one right answer: greedy by default
+        x = torch.tensor([reversal.START, *digits, reversal.SEP], dtype=torch.long, device=args.device)[None, :]
+        with torch.no_grad(), autocast:
+            y = model.generate(x, len(digits), temperature=args.temperature, top_k=args.top_k or 1)
+        print(" ".join(map(str, digits)) + " -> " + " ".join(str(int(i)) for i in y[0, x.shape[1]:]))
 else:
     meta_path = os.path.join("data", dataset, "meta.json")
     if not os.path.exists(meta_path):
         fail(f"{meta_path} not found, so the tokenizer is unknown; run sample.py from the folder you trained in, or prepare '{dataset}' again")
-    with open(meta_path) as f:
-        meta = json.load(f)
+    try:
+        with open(meta_path, encoding="utf-8") as f:
+            meta = json.load(f)
+        tokenizer = meta["tokenizer"]
+    except (ValueError, KeyError, TypeError):
+        tokenizer = None
+    if tokenizer not in ("gpt2", "byte"):
+        fail(f"{meta_path} is not a JSON object naming its tokenizer (gpt2 or byte); prepare '{dataset}' again with prepare_wikipedia.py")
     from prepare_wikipedia import get_tokenizer
-    encode, decode, _, eot = get_tokenizer(meta["tokenizer"])
-    prompt = encode(start) or [eot]  # an empty prompt starts a new article
-    max_new_tokens, top_k = args.max_new_tokens, args.top_k or 200
-
-# generate; prompts longer than the context keep their last context_size tokens
-torch.manual_seed(args.seed)
-x = torch.tensor(prompt, dtype=torch.long, device=args.device)[None, :].repeat(args.num_samples, 1)
-with torch.no_grad(), autocast:
-    y = model.generate(x, max_new_tokens, temperature=args.temperature, top_k=top_k)
-for sample in y.tolist():
-    if dataset == "reversal":
-        print(f"{decode(digits)} -> {decode(sample[len(prompt):])}")
-    else:
-        print(decode(sample))
+    encode, decode, n_vocab, eot = get_tokenizer(tokenizer, meta.get("compact_vocab"))
+    trained = checkpoint.get("dataset_meta", {}).get("tokenizer", tokenizer)  # older checkpoints do not say
+    if tokenizer != trained or n_vocab > model.config.vocab_size:
+        fail(f"{meta_path} says the {tokenizer} tokenizer ({n_vocab} tokens), but the model in {ckpt_path} was trained on "
+             f"{trained} tokens (vocab_size={model.config.vocab_size}); prepare data/{dataset} as it was for training")
+    prompt = encode("\n" if start is None else start)
+    skip = 0 if prompt else 1  # an empty prompt starts a new article: its end-of-text token is not printed
+    prompt = prompt or [eot]
+    # generate; prompts longer than the context keep their last context_size tokens
+    x = torch.tensor(prompt, dtype=torch.long, device=args.device)[None, :].repeat(args.num_samples, 1)
+    with torch.no_grad(), autocast:
+        y = model.generate(x, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k or 200)
+    for sample in y.tolist():
+        print(decode(sample[skip:]))
         print("-" * 40)
