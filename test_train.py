@@ -163,6 +163,43 @@ def test_missing_dataset_says_how_to_prepare_it(workdir):
     assert_one_line_error(train(workdir, "out_err", "--dataset=nope", check=False), "data/nope", "prepare_wikipedia.py", "reversal")
 
 
+def test_missing_dataset_hint_prepares_the_tokens_the_config_needs(workdir):
+    result = run("train.py", os.path.join(HERE, "config", "cpu_baseline.py"), "--dataset=nope", cwd=workdir, check=False)
+    assert_one_line_error(result, "python prepare_wikipedia.py --input PATH --name=nope --tokenizer=byte`")  # vocab_size=256
+    result = run("train.py", "--dataset=nope", cwd=workdir, check=False)
+    assert_one_line_error(result, "python prepare_wikipedia.py --input PATH --name=nope`")  # GPT-2 tokens, the default
+    result = run("train.py", "--dataset=wikitext2_valid_byte", "--vocab_size=256", cwd=workdir, check=False)
+    assert_one_line_error(result, "python prepare_wikipedia.py --wikitext2=valid --tokenizer=byte")
+
+
+def test_gpt2_tokens_for_a_byte_config_say_how_to_prepare_bytes(workdir, tmp_path):
+    os.makedirs(tmp_path / "data")
+    shutil.copytree(workdir / "data" / "tiny", tmp_path / "data" / "tiny")
+    meta = json.loads((tmp_path / "data" / "tiny" / "meta.json").read_text())
+    (tmp_path / "data" / "tiny" / "meta.json").write_text(json.dumps({**meta, "tokenizer": "gpt2", "vocab_size": 50257}))
+    result = train(tmp_path, "out", "--vocab_size=256", check=False)
+    assert_one_line_error(result, "vocab_size=256", "50257", "--tokenizer=byte")
+
+
+def test_help_lists_every_setting_with_its_default_and_meaning(tmp_path):
+    result = run("train.py", "--help", cwd=tmp_path)
+    lines = {line.split("=")[0].strip(): line for line in result.stdout.splitlines() if line.startswith("  --")}
+    training = ["out_dir", "dataset", "batch_size", "gradient_accumulation_steps", "max_iters", "learning_rate", "decay_lr",
+                "min_lr", "warmup_iters", "lr_decay_iters", "weight_decay", "beta1", "beta2", "grad_clip", "eval_interval",
+                "eval_iters", "log_interval", "init_from", "overwrite", "always_save_checkpoint", "seed", "device", "dtype", "compile"]
+    assert set(lines) == {f"--{key}" for key in training + ModelConfig.flags()}
+    assert "--batch_size=50 " in lines["--batch_size"] and "sequences per micro-batch" in lines["--batch_size"]
+    assert "--n_layer=13 " in lines["--n_layer"] and "--embedding_loss=None " in lines["--embedding_loss"]
+    for key in training:  # each with a meaning after its default
+        assert len(lines[f"--{key}"].split(maxsplit=1)) == 2, lines[f"--{key}"]
+    assert not os.listdir(tmp_path)  # nothing trained, nothing written
+
+
+def test_each_dataset_has_its_own_default_out_dir(workdir):
+    run("train.py", *TINY, "--max_iters=0", cwd=workdir)
+    assert os.path.exists(workdir / "out-tiny" / "ckpt.pt")
+
+
 def test_corrupt_checkpoint_is_refused(workdir):
     shutil.copytree(workdir / "out_full", workdir / "out_corrupt")
     path = workdir / "out_corrupt" / "ckpt.pt"
@@ -182,7 +219,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(workdir):
     shutil.copytree(workdir / "out_full", workdir / "out_nan")
     path = workdir / "out_nan" / "ckpt.pt"
     before = path.read_bytes()
-    result = train(workdir, "out_nan", "--init_from=resume", "--max_iters=10", "--learning_rate=1e999", check=False)
+    result = train(workdir, "out_nan", "--init_from=resume", "--max_iters=10", "--learning_rate=1e30", check=False)
     assert_one_line_error(result, "non-finite")
     assert path.read_bytes() == before
     assert [r["iter"] for r in log(workdir, "out_nan")] == [0, 2, 4, 6]
@@ -190,13 +227,20 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(workdir):
 
 def test_reversal_demo_learns_above_chance(tmp_path):
     result = run("train.py", "--dataset=reversal", "--n_layer=2", "--n_embed=64", "--n_head=4", "--max_iters=100",
-                 "--eval_interval=50", "--device=cpu", "--out_dir=out", cwd=tmp_path)
+                 "--eval_interval=50", "--device=cpu", cwd=tmp_path)
     assert "reversal: using its schedule for" in result.stdout and "max_iters" not in result.stdout.splitlines()[0]
-    records = log(tmp_path, "out")
+    records = log(tmp_path, "out-reversal")  # its own default folder
     assert records[0]["val_accuracy"] == 0.0
     assert records[-1]["val_accuracy"] > 0.05  # chance: about 1 in 9 ** length, at most 1 in 81 on held-out sequences
-    result = run("sample.py", "--out_dir=out", "--start=3 5 4", "--num_samples=1", "--device=cpu", cwd=tmp_path)
+    # sample.py finds the one out-*/ run; greedy decoding of one prompt has one answer, printed once
+    result = run("sample.py", "--start=3 5 4", "--num_samples=3", "--device=cpu", cwd=tmp_path)
     assert result.stdout.startswith("3 5 4 -> ") and len(result.stdout.split("->")[1].split()) == 3
+    assert len(result.stdout.splitlines()) == 1
+    # without --start: a different random digit sequence per sample
+    lines = run("sample.py", "--num_samples=4", "--device=cpu", cwd=tmp_path).stdout.splitlines()
+    prompts = [line.split(" -> ")[0] for line in lines]
+    assert len(lines) == 4 and len(set(prompts)) == 4
+    assert all(len(line.split(" -> ")[1].split()) == len(prompt.split()) for line, prompt in zip(lines, prompts))
 
 
 def test_reversal_targets_are_the_reversed_digits_only():

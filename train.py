@@ -1,22 +1,31 @@
 """
 Train the auto-regressive encoder-decoder transformer, or the decoder-only baseline it is compared with.
 
-    python train.py --dataset=reversal                      # zero-setup demo: seed 002's sequence reversal
-    python train.py config/paper_encdec_mse_pos_sub.py      # a seed 001 appendix run (prepare the data first)
+    python train.py --dataset=reversal                      # zero-setup demo: the sequence-reversal study's task, in out-reversal/
+    python train.py config/paper_encdec_mse_pos_sub.py      # an appendix run of the write-up (prepare the data first)
     python train.py config/cpu_baseline.py --max_iters=100  # a config file, then --key=value overrides
+    python train.py --help                                  # every setting, its default and what it means
     torchrun --standalone --nproc_per_node=8 train.py config/paper_baseline.py   # DDP
+
+The write-up is "Auto-regressive Encoder-Decoder Transformer" (Yan, 2024); its earlier draft is
+"Parallel Encoder-Decoder Transformer".
 
 Batches (and dropout masks) are a function of (seed, iteration, micro-step), so a resumed run and a
 DDP run log exactly the losses of one uninterrupted single-process run with the same global batch.
 """
 import ast
+import builtins
 import dataclasses
 import difflib
+import errno
+import inspect
 import json
 import math
 import os
+import re
 import sys
 import time
+import traceback
 import typing
 from contextlib import nullcontext
 
@@ -26,33 +35,35 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import reversal
+from prepare_wikipedia import prepare_command
 from evaluate import token_losses, window_starts as token_windows
 from model import ModelConfig, build_model
 
 # -----------------------------------------------------------------------------
-# training globals; the defaults are the seed 001 appendix runs (one A100, 9k steps)
-out_dir = "out"
+# training globals; the defaults are the write-up's appendix runs (one A100, 9k steps)
+out_dir = ""  # folder for ckpt.pt and log.jsonl; "" means out-<dataset>, e.g. out-reversal
 dataset = "wikipedia"  # data/<dataset>/{train,val}.bin and meta.json, or "reversal" (generated here)
 batch_size = 50  # sequences per micro-batch
 gradient_accumulation_steps = 16  # micro-batches per optimizer step, over all processes together
-max_iters = 9000
-learning_rate = 9e-4
+max_iters = 9000  # optimizer steps of the whole run
+learning_rate = 9e-4  # peak learning rate, reached at the end of the warmup
 decay_lr = True  # linear warmup, then cosine decay to min_lr; False: constant learning_rate
-min_lr = 9e-5
-warmup_iters = 300
-lr_decay_iters = 700000  # far beyond max_iters, as in the seed: the cosine barely starts
-weight_decay = 0.1
-beta1 = 0.9
-beta2 = 0.95
+min_lr = 9e-5  # the learning rate at the end of the cosine decay
+warmup_iters = 300  # steps of linear warmup
+lr_decay_iters = 700000  # steps of warmup plus cosine; far beyond max_iters, as in the write-up: the cosine barely starts
+weight_decay = 0.1  # AdamW weight decay of matmul weights and embeddings
+beta1 = 0.9  # AdamW beta1
+beta2 = 0.95  # AdamW beta2
 grad_clip = 1.0  # clip the gradient norm to this; 0 disables
-eval_interval = 500
+eval_interval = 500  # steps between evaluations (and checkpoints)
 eval_iters = 200  # batches per split at each evaluation; 0: every val token once (see evaluate.py)
-log_interval = 10
+log_interval = 10  # steps between progress lines (and at least one a minute)
 init_from = "scratch"  # scratch | resume (from out_dir/ckpt.pt)
+overwrite = False  # True: a run from scratch may replace the checkpoint and log already in out_dir
 always_save_checkpoint = True  # False: save only when the val loss improves
-seed = 1337
-device = "cuda" if torch.cuda.is_available() else "cpu"
-dtype = "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float32"
+seed = 1337  # random seed of the initial weights, batches and dropout
+device = "cuda" if torch.cuda.is_available() else "cpu"  # cpu, cuda or cuda:N
+dtype = "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float32"  # float32 | bfloat16 (CUDA only)
 compile = False  # torch.compile the model
 # every ModelConfig field is a global of the same name; None keeps the variant's default (see model.py)
 globals().update(dict.fromkeys(ModelConfig.flags()))
@@ -71,10 +82,30 @@ types.update({f.name: (typing.get_args(f.type) or (f.type,))[0] for f in datacla
 user_set = set()
 
 
+def print_help():
+    """Every setting with its default and the comment beside it, here or in model.py's ModelConfig."""
+    comments = {}
+    for line in open(__file__).read().splitlines() + inspect.getsource(ModelConfig).splitlines():
+        match = re.match(r"\s*(\w+)\b[^#]*=[^#]*#\s*(.*)", line)
+        if match and match[1] in defaults:
+            comments.setdefault(match[1], match[2])
+    model_defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+    model_defaults["vocab_size"] = "None"  # the dataset's, from its meta.json
+    print("usage: python train.py [config/file.py ...] [--key=value ...]  (later ones win; a config file is Python\n"
+          "assignments like `n_layer = 4`). The settings, with their defaults:\n")
+    for key, value in defaults.items():
+        if key == "variant":
+            print("\nmodel settings (ModelConfig in model.py); None keeps the variant's default:")
+        value = model_defaults.get(key, '""' if value == "" else value)
+        meaning = comments.get(key, "see ModelConfig in model.py")
+        print(f"  --{key}={value}".ljust(40) + (" " + meaning if len(f"  --{key}={value}") < 40 else "\n" + " " * 40 + meaning))
+    print("\n--dataset=reversal uses its own, shorter schedule for the settings not given (reversal.SCHEDULE).")
+
+
 def set_config(key, value, source, text=None):
     if key not in defaults:
         close = difflib.get_close_matches(key, defaults, n=1, cutoff=0.5)
-        hint = f"did you mean '{close[0]}'?" if close else "see the globals at the top of train.py"
+        hint = f"did you mean '{close[0]}'?" if close else "see python train.py --help"
         fail(f"unknown config key '{key}' in {source}; {hint}")
     want = types[key]
     if want is str and text is not None and not isinstance(value, str):
@@ -87,11 +118,34 @@ def set_config(key, value, source, text=None):
     user_set.add(key)
 
 
+def read_config_file(path):
+    """The assignments of a config file; an error in it names the file and line, not a traceback."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            code = builtins.compile(f.read(), path, "exec")  # the global `compile` is a setting
+        namespace = {}
+        exec(code, namespace)  # config files are Python assignments, e.g. `n_layer = 4`
+    except UnicodeDecodeError as e:
+        fail(f"config file {path} is not text (byte {e.start} is not UTF-8); give a Python file like config/cpu_baseline.py")
+    except SyntaxError as e:  # also in a config file it imports
+        fail(f"config file {e.filename} line {e.lineno}: {e.msg}; fix the Python there")
+    except ValueError as e:  # a NUL byte
+        fail(f"config file {path} is not Python source ({e}); give a Python file like config/cpu_baseline.py")
+    except Exception as e:
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename != __file__ and not f.filename.startswith(("<", sys.prefix, sys.base_prefix))]
+        where = f"{frames[-1].filename} line {frames[-1].lineno}" if frames else path
+        fail(f"config file {where} raised {type(e).__name__}: {e}; fix the Python there")
+    return namespace
+
+
+if "--help" in sys.argv[1:] or "-h" in sys.argv[1:]:
+    print_help()
+    sys.exit(0)
 for arg in sys.argv[1:]:
     if arg.startswith("--"):
         key, has_value, text = arg[2:].partition("=")
         if not has_value:
-            fail(f"'{arg}' has no value; write --{key}=VALUE")
+            fail(f"'{arg}' has no value; write --{key}=VALUE (python train.py --help lists the settings)")
         try:
             value = ast.literal_eval(text)
         except (ValueError, SyntaxError):
@@ -100,14 +154,14 @@ for arg in sys.argv[1:]:
     else:
         if not os.path.isfile(arg):
             fail(f"config file '{arg}' not found; give a path like config/cpu_baseline.py, or options as --key=value")
-        namespace = {}
-        exec(open(arg).read(), namespace)  # config files are Python assignments, e.g. `n_layer = 4`
-        for key, value in namespace.items():
+        for key, value in read_config_file(arg).items():
             if not key.startswith("_") and not isinstance(value, type(sys)):
                 set_config(key, value, arg)
 if init_from not in ("scratch", "resume"):
     fail(f"init_from={init_from!r} is not allowed; use --init_from=scratch or --init_from=resume")
+out_dir = out_dir or f"out-{dataset}"  # each dataset its own folder, as nanoGPT's out-shakespeare-char
 ckpt_path = os.path.join(out_dir, "ckpt.pt")
+resume_command = f"python train.py --out_dir={out_dir} --init_from=resume"
 checkpoint = None
 if init_from == "resume":  # the checkpoint's settings fill in every key not set here
     if not os.path.exists(ckpt_path):
@@ -115,18 +169,51 @@ if init_from == "resume":  # the checkpoint's settings fill in every key not set
     try:
         checkpoint = torch.load(ckpt_path, map_location="cpu")
         saved_config = ModelConfig(**checkpoint["model_config"])
-        restored = {k: v for k, v in checkpoint["train_config"].items() if k not in user_set | {"init_from", "device", "dtype", "compile"}}
+        saved = checkpoint["train_config"]
+        restored = {k: v for k, v in saved.items() if k not in user_set | {"out_dir", "init_from", "overwrite", "device", "dtype", "compile"}}
     except Exception as e:
         fail(f"checkpoint {ckpt_path} is unreadable ({type(e).__name__}); restore a good copy or train from scratch in a new --out_dir")
-    if dataset != checkpoint["train_config"]["dataset"] and "dataset" in user_set:
-        fail(f"{ckpt_path} was trained on dataset '{checkpoint['train_config']['dataset']}', not '{dataset}'; drop --dataset to resume it")
+    for key in ("dataset", "seed"):  # the seed draws the batches and the evaluation batches: a new one breaks the curves
+        if key in user_set and globals()[key] != saved[key]:
+            fail(f"{ckpt_path} was trained with {key}={saved[key]!r}, not {globals()[key]!r}; drop --{key} to resume it")
     globals().update(restored)
     user_set |= restored.keys()
-if dataset == "reversal":  # seed 002's toy task has its own, much shorter schedule
+if dataset == "reversal":  # the sequence-reversal study's toy task has its own, much shorter schedule
     schedule = {k: v for k, v in reversal.SCHEDULE.items() if k not in user_set}
     globals().update(schedule)
     if schedule:
         print("reversal: using its schedule for " + ", ".join(f"{k}={v}" for k, v in schedule.items()))
+# every setting's range, checked before anything is written: one line naming the setting and the fix
+checks = {  # setting: (is the value allowed?, what to use instead)
+    "batch_size": (batch_size >= 1, "use a positive number of sequences"),
+    "gradient_accumulation_steps": (gradient_accumulation_steps >= 1, "use a positive number of micro-batches"),
+    "max_iters": (max_iters >= 0, "use 0 or more steps"),
+    "learning_rate": (0 < learning_rate < math.inf, "use a positive number, e.g. 1e-3"),
+    "min_lr": (0 <= min_lr < math.inf, "use 0 or a positive number below learning_rate"),
+    "warmup_iters": (warmup_iters >= 0, "use 0 or more steps"),
+    "lr_decay_iters": (lr_decay_iters >= 0, "use 0 or more steps"),
+    "weight_decay": (0 <= weight_decay < math.inf, "use 0 or a positive number, e.g. 0.1"),
+    "beta1": (0 <= beta1 < 1, "use a number in [0, 1), e.g. 0.9"),
+    "beta2": (0 <= beta2 < 1, "use a number in [0, 1), e.g. 0.95"),
+    "grad_clip": (0 <= grad_clip < math.inf, "use a positive gradient norm, e.g. 1.0, or 0 for no clipping"),
+    "eval_interval": (eval_interval >= 1, "use a positive number of steps"),
+    "eval_iters": (eval_iters >= (dataset == "reversal"), "use a positive number of batches, or 0 for every val token (not for reversal)"),
+    "log_interval": (log_interval >= 1, "use a positive number of steps"),
+    "seed": (0 <= seed < 2 ** 63, "use an integer from 0 to 2**63 - 1"),
+    "device": (re.fullmatch(r"cpu|cuda(:\d+)?", device) is not None, "use --device=cpu, cuda or cuda:N"),
+    "dtype": (dtype in ("float32", "bfloat16"), "use --dtype=float32 or --dtype=bfloat16"),
+    "dataset": (re.fullmatch(r"[\w.-]+", dataset) is not None, "give a folder name of data/, or reversal"),
+}
+for key, (allowed, fix) in checks.items():
+    if not allowed:
+        fail(f"{key}={globals()[key]!r} is not allowed; {fix}")
+if device.startswith("cuda") and not torch.cuda.is_available():
+    fail(f"device={device!r} but CUDA is not available here; use --device=cpu")
+if dtype == "bfloat16" and not device.startswith("cuda"):
+    fail(f"dtype={dtype!r} is not supported on {device}; use --dtype=float32 (bfloat16 is for CUDA)")
+if init_from == "scratch" and os.path.exists(ckpt_path) and not overwrite:
+    fail(f"{ckpt_path} already holds a trained model; continue it with --init_from=resume, train in another --out_dir, "
+         f"or replace it with --overwrite=True")
 train_config = {k: globals()[k] for k in defaults}  # saved in checkpoints
 # -----------------------------------------------------------------------------
 # processes and devices
@@ -145,10 +232,6 @@ if gradient_accumulation_steps % world_size:
     fail(f"gradient_accumulation_steps={gradient_accumulation_steps} must be divisible by the {world_size} processes; change one of them")
 my_micro_steps = list(range(rank, gradient_accumulation_steps, world_size))  # rank r of W does micro-steps r, r+W, ...
 device_type = "cuda" if device.startswith("cuda") else "cpu"
-if device_type == "cuda" and not torch.cuda.is_available():
-    fail(f"device={device!r} but CUDA is not available here; use --device=cpu")
-if dtype not in ("float32", "bfloat16") or (dtype == "bfloat16" and device_type == "cpu"):
-    fail(f"dtype={dtype!r} is not supported on {device_type}; use --dtype=float32" + (" (bfloat16 is for CUDA)" if device_type == "cpu" else " or bfloat16"))
 ptdtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
 autocast = torch.autocast(device_type, dtype=ptdtype) if dtype == "bfloat16" else nullcontext()
 torch.backends.cuda.matmul.allow_tf32 = True
@@ -158,7 +241,7 @@ torch.backends.cudnn.allow_tf32 = True
 
 if dataset == "reversal":
     train_sequences, held_out = reversal.split()
-    dataset_vocab, block = reversal.VOCAB_SIZE, reversal.BLOCK_SIZE
+    dataset_vocab, block, meta = reversal.VOCAB_SIZE, reversal.BLOCK_SIZE, {}
     if context_size < block:
         fail(f"context_size={context_size} is too short for reversal sequences of {block} tokens; leave context_size unset")
 
@@ -166,17 +249,42 @@ if dataset == "reversal":
         return reversal.get_batch(train_sequences if split == "train" else held_out, batch_size, rng)
 else:
     data_dir = os.path.join("data", dataset)
+    wanted_tokenizer = "byte" if vocab_size is not None and vocab_size <= 256 else "gpt2"  # a byte-level config needs byte tokens
+
+    def prepare(tokenizer):
+        """The command that builds data/<dataset> with this tokenizer."""
+        command = prepare_command(dataset)
+        return f"`{command}`" if "--tokenizer" in command or tokenizer == "gpt2" else f"`{command} --tokenizer={tokenizer}`"
+
     if not all(os.path.exists(os.path.join(data_dir, f)) for f in ("train.bin", "val.bin", "meta.json")):
-        fail(f"dataset '{dataset}' not found in {data_dir}/: run `python prepare_wikipedia.py --name={dataset}` "
-             f"(or with --input FILE --tokenizer=byte offline), or try --dataset=reversal, which needs no data")
-    with open(os.path.join(data_dir, "meta.json")) as f:
-        dataset_vocab = json.load(f)["vocab_size"]
+        fail(f"dataset '{dataset}' not found in {data_dir}/: run {prepare(wanted_tokenizer)}, or try --dataset=reversal, which needs no data")
+    # the dataset is checked once here, not found broken mid-training: meta.json, sizes, token ids
+    try:
+        with open(os.path.join(data_dir, "meta.json"), encoding="utf-8") as f:
+            meta = json.load(f)
+        dataset_vocab = meta["vocab_size"]
+    except (ValueError, KeyError, TypeError):
+        dataset_vocab = None
+    if type(dataset_vocab) is not int or dataset_vocab < 1:
+        fail(f"{data_dir}/meta.json is not a JSON object with a positive vocab_size; prepare the dataset again: {prepare(wanted_tokenizer)}")
+    again = f"prepare the dataset again: {prepare(meta.get('tokenizer', wanted_tokenizer))}"
     block = context_size or ModelConfig.context_size
     for split in ("train", "val"):
-        n_tokens = os.path.getsize(os.path.join(data_dir, f"{split}.bin")) // 2
-        if n_tokens <= block:
-            fail(f"{data_dir}/{split}.bin has {n_tokens} tokens, too few for context_size={block}; "
-                 f"prepare more text or lower --context_size")
+        path, expected = os.path.join(data_dir, f"{split}.bin"), meta.get(f"{split}_tokens")
+        n_bytes = os.path.getsize(path)
+        if n_bytes % 2:
+            fail(f"{path} has an odd number of bytes ({n_bytes:,}), not 2 per token: it was cut short; {again}")
+        if expected is not None and n_bytes != 2 * expected:
+            fail(f"{path} has {n_bytes // 2:,} tokens, but meta.json says {split}_tokens={expected:,}: a file cut short, "
+                 f"or files of different preparations; {again}")
+        if n_bytes == 0:
+            fail(f"{path} is empty" + (" (prepared with --val_fraction 0)" if split == "val" else "") + f"; {again}")
+        if n_bytes // 2 <= block:
+            fail(f"{path} has {n_bytes // 2} tokens, too few for context_size={block}; prepare more text or lower --context_size")
+        largest = int(np.memmap(path, dtype=np.uint16, mode="r").max())  # one pass over the file
+        if largest >= dataset_vocab:
+            fail(f"{path} holds token id {largest}, but meta.json's vocab_size is {dataset_vocab}: "
+                 f"files of different preparations; {again}")
 
     def get_batch_cpu(split, rng):
         data = np.memmap(os.path.join(data_dir, f"{split}.bin"), dtype=np.uint16, mode="r")  # reopened: no memory growth
@@ -204,8 +312,9 @@ def eval_rng(split, k):
 
 if vocab_size is None:
     vocab_size = dataset_vocab
-elif vocab_size < dataset_vocab:
-    fail(f"vocab_size={vocab_size} is smaller than the dataset's {dataset_vocab} tokens; leave vocab_size unset")
+elif vocab_size < dataset_vocab:  # e.g. a byte-level config (256) on GPT-2 tokens
+    fail(f"vocab_size={vocab_size} is smaller than the dataset's {dataset_vocab} tokens; leave vocab_size unset"
+         + (f", or prepare data/{dataset} again: {prepare(wanted_tokenizer)}" if dataset != "reversal" else ""))
 # -----------------------------------------------------------------------------
 # model, optimizer, checkpoint
 
@@ -213,7 +322,7 @@ try:
     config = ModelConfig(**{k: globals()[k] for k in ModelConfig.flags() if globals()[k] is not None})
 except ValueError as e:
     fail(e)
-iter_num, best_val_loss = 0, float("inf")
+iter_num, best_val_loss, tokens_seen = 0, float("inf"), 0
 if checkpoint is not None:
     diffs = [(k, v, getattr(config, k)) for k, v in dataclasses.asdict(saved_config).items() if getattr(config, k) != v]
     if diffs:
@@ -221,7 +330,11 @@ if checkpoint is not None:
              f"{', '.join(f'{k}={new!r}' for k, _, new in diffs)}; drop those flags to resume"
              + (f" (vocab_size comes from data/{dataset}/meta.json: prepare it as for training)" if "vocab_size" in [d[0] for d in diffs] else ""))
     iter_num, best_val_loss = checkpoint["iter_num"], checkpoint["best_val_loss"]
-start_iter = iter_num
+    # the tokens trained on so far, carried over: a resume may change batch_size (older checkpoints: computed)
+    tokens_seen = checkpoint.get("tokens", iter_num * saved["gradient_accumulation_steps"] * saved["batch_size"] * saved_config.context_size)
+start_iter = saved_iter = iter_num  # saved_iter: the iteration of the checkpoint in out_dir (None: none yet)
+if init_from == "scratch":
+    saved_iter = None
 torch.manual_seed(seed)  # the same initial weights in every process
 raw_model = build_model(config).to(device)
 optimizer = raw_model.configure_optimizer(weight_decay, learning_rate, (beta1, beta2), device_type)
@@ -240,14 +353,43 @@ if ddp:
     model = DDP(model, device_ids=[int(os.environ["LOCAL_RANK"])] if device_type == "cuda" else None)
 
 
+def stop_write_failed(path, error):
+    """A failed write, most often a full disk: one line; what was written before is kept."""
+    reason = "the disk is full" if error.errno == errno.ENOSPC else error.strerror or str(error)
+    kept = f"the checkpoint {ckpt_path} (iteration {saved_iter}) is kept" if saved_iter is not None else "no checkpoint was saved yet"
+    fail(f"could not write {path}: {reason}; {kept}. Free some space, then "
+         + (f"continue with `{resume_command}`" if saved_iter is not None else "start again"))
+
+
+def write_atomic(path, write):
+    """write(f) into path.tmp, then rename it over path: a crash or a full disk leaves the previous file whole."""
+    try:
+        with open(path + ".tmp", "wb") as f:
+            write(f)
+        os.replace(path + ".tmp", path)
+    except OSError as e:
+        if os.path.exists(path + ".tmp"):
+            os.remove(path + ".tmp")
+        stop_write_failed(path, e)
+
+
 def save_checkpoint():
+    global saved_iter
     checkpoint = {"model_config": dataclasses.asdict(config), "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
                   "iter_num": iter_num,  # also the data position: batches are a function of (seed, iteration)
-                  "best_val_loss": best_val_loss, "train_config": train_config,
+                  "tokens": tokens_seen, "best_val_loss": best_val_loss, "train_config": train_config,
+                  "dataset_meta": meta,  # sample.py checks that data/<dataset>/meta.json still has this tokenizer
                   "rng": {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None}}
-    tmp_path = ckpt_path + ".tmp"
-    torch.save(checkpoint, tmp_path)
-    os.replace(tmp_path, ckpt_path)  # atomic: a crash mid-save leaves the previous checkpoint whole
+    write_atomic(ckpt_path, lambda f: torch.save(checkpoint, f))
+    saved_iter = iter_num
+
+
+def append_log(record):
+    try:
+        with open(log_path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+    except OSError as e:  # a line cut short by a full disk is dropped at the next resume
+        stop_write_failed(log_path, e)
 
 
 def get_lr(it):
@@ -322,6 +464,47 @@ def measure_peak_flops():
     return 2 * n ** 3 / min(seconds)  # the fastest try: the least disturbed by warm-up and other processes
 
 
+@torch.no_grad()
+def seconds_per_forward():
+    """Seconds of one evaluation forward pass (the faster of two: the first warms up); a training step costs about 3."""
+    raw_model.eval()
+    x, y = get_batch("val", eval_rng("val", 0))
+    seconds = []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        with autocast:
+            raw_model(x, y, return_logits=return_logits)
+        if device_type == "cuda":
+            torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - t0)
+    raw_model.train()
+    return min(seconds)
+
+
+def evals_left(it):
+    """Evaluations from iteration `it` to the end: every eval_interval, and at max_iters."""
+    return max(0, max_iters // eval_interval - (it - 1) // eval_interval) + (max_iters % eval_interval != 0)
+
+
+def duration(seconds):
+    for unit, size, limit in (("ms", 1e-3, 1), ("s", 1, 90), ("min", 60, 5400), ("h", 3600, 2 * 86400)):
+        if seconds < limit:
+            return f"{seconds / size:.0f} {unit}" if unit != "h" else f"{seconds / size:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def on_interrupt(kind, value, tb):
+    """Ctrl-C: one line saying where the last checkpoint is, instead of a traceback."""
+    if not issubclass(kind, KeyboardInterrupt):
+        return sys.__excepthook__(kind, value, tb)
+    for path in (ckpt_path + ".tmp", log_path + ".tmp"):  # a save or log rewrite cut short
+        if os.path.exists(path):
+            os.remove(path)
+    if master:
+        print(f"interrupted at iteration {iter_num}: " + (f"the last checkpoint is {ckpt_path} (iteration {saved_iter}); continue "
+              f"with `{resume_command}`" if saved_iter is not None else "no checkpoint was saved yet"), file=sys.stderr)
+
+
 def stop_non_finite(what):
     fail(f"non-finite {what} at iteration {iter_num}: stopped; the last good checkpoint {ckpt_path} is kept. "
          f"Lower --learning_rate or raise --warmup_iters")
@@ -334,19 +517,39 @@ tokens_per_iter = gradient_accumulation_steps * batch_size * block
 flops_per_token = raw_model.flops_per_token(block)
 peak_flops = measure_peak_flops()
 log_path = os.path.join(out_dir, "log.jsonl")
+sys.excepthook = on_interrupt
 if master:
     os.makedirs(out_dir, exist_ok=True)
-    if init_from == "resume" and os.path.exists(log_path):  # drop what was logged after the checkpoint
-        with open(log_path) as f:
-            kept = [line for line in f if line.strip() and json.loads(line)["iter"] <= iter_num]
-        with open(log_path, "w") as f:
-            f.writelines(kept)
-    elif init_from == "scratch" and os.path.exists(log_path):
-        os.remove(log_path)
+    if init_from == "resume" and os.path.exists(log_path):  # drop what was logged after the checkpoint, and a torn last line
+        with open(log_path, "rb") as f:
+            lines = [line for line in f.read().split(b"\n") if line.strip()]
+        kept = []
+        for i, line in enumerate(lines):
+            try:
+                if json.loads(line)["iter"] <= iter_num:
+                    kept.append(line + b"\n")
+            except (ValueError, KeyError, TypeError):
+                if i < len(lines) - 1:
+                    fail(f"{log_path} line {i + 1} is not a JSON record; delete that line, then resume again")
+                print(f"{log_path}: dropped its last line, cut short by a crash or a full disk")
+        write_atomic(log_path, lambda f: f.writelines(kept))
+    elif init_from == "scratch":  # checked above: no checkpoint here, or --overwrite=True
+        for path in (log_path, ckpt_path):
+            if os.path.exists(path):
+                os.remove(path)
     print(f"{config.variant}: {raw_model.num_params():,} parameters; {tokens_per_iter:,} tokens per iteration "
           f"({world_size} process{'es' * (world_size > 1)}, {device}, {dtype}); "
           + (f"resuming at iteration {iter_num}" if init_from == "resume" else "from scratch"))
-run_start = interval_start = time.time()
+    # early, before a long first evaluation: how long the run will take, timed on one forward pass
+    forward = seconds_per_forward()
+    eval_batches = eval_iters or math.ceil(len(token_windows(os.path.getsize(os.path.join(data_dir, "val.bin")) // 2, block)) / batch_size)
+    iter_seconds, eval_seconds = 3 * len(my_micro_steps) * forward, 2 * eval_batches * forward
+    total = (max_iters - iter_num) * iter_seconds + evals_left(iter_num + (init_from == "resume")) * eval_seconds
+    print(f"estimated: {duration(iter_seconds)} per iteration, {duration(eval_seconds)} per evaluation, {duration(total)} in all", flush=True)
+    if device_type == "cpu" and total > 3 * 3600:
+        print(f"warning: this run would take about {duration(total)} on this CPU; for a CPU-sized run, "
+              f"try `python train.py config/cpu_baseline.py` (minutes)", flush=True)
+run_start = interval_start = last_print = time.time()
 interval_tokens = 0
 while True:
     lr = get_lr(iter_num)
@@ -357,20 +560,24 @@ while True:
             torch.cuda.synchronize()
         tokens_per_sec = interval_tokens / (time.time() - interval_start) if interval_tokens else None
         if master:
-            record = {"iter": iter_num, "tokens": iter_num * tokens_per_iter, **evaluate(), "lr": lr,
+            if eval_seconds > 30:  # a long evaluation says so first
+                print(f"eval {iter_num}: evaluating, about {duration(eval_seconds)}", flush=True)
+            eval_start = time.time()
+            record = {"iter": iter_num, "tokens": tokens_seen, **evaluate(), "lr": lr,
                       "grad_norm": grad_norm.item() if iter_num > start_iter else None, "tokens_per_sec": tokens_per_sec,
                       "mfu": None if tokens_per_sec is None else flops_per_token * tokens_per_sec / world_size / peak_flops}
             bad = [f"{k}={v}" for k, v in record.items() if k.endswith("loss") and v is not None and not math.isfinite(v)]
             if bad:
                 stop_non_finite(", ".join(bad))
+            eval_seconds = time.time() - eval_start
             print(f"eval {iter_num}: train loss {record['train_loss']:.4f}, val loss {record['val_loss']:.4f}"
-                  + (f", val accuracy {record['val_accuracy']:.1%}" if "val_accuracy" in record else ""))
-            with open(log_path, "a") as f:
-                f.write(json.dumps(record) + "\n")
+                  + (f", val accuracy {record['val_accuracy']:.1%}" if "val_accuracy" in record else ""), flush=True)
+            append_log(record)
             if always_save_checkpoint or record["val_loss"] < best_val_loss:
                 best_val_loss = min(best_val_loss, record["val_loss"])
                 save_checkpoint()
         interval_start, interval_tokens = time.time(), 0
+        last_print = interval_start
     if iter_num >= max_iters:
         break
 
@@ -388,17 +595,20 @@ while True:
     optimizer.zero_grad(set_to_none=True)
     iter_num += 1
     interval_tokens += tokens_per_iter
+    tokens_seen += tokens_per_iter
 
-    if iter_num % log_interval == 0:  # the only place the hot loop waits for the device
-        terms = raw_model.last_loss_terms
-        if not math.isfinite(loss.item()):
-            stop_non_finite(f"loss={loss.item()}")
-        if master:  # speeds are averages since the last evaluation
-            tokens_per_sec = interval_tokens / (time.time() - interval_start)
-            embedding = f", embedding loss {terms['embedding']:.3e}" if terms["embedding"] is not None else ""
-            print(f"iter {iter_num}: loss {terms['ce']:.4f}{embedding}, grad norm {grad_norm.item():.3f}, lr {lr:.2e}, "
-                  f"{tokens_per_iter / tokens_per_sec * 1000:.0f} ms/iter, {tokens_per_sec:,.0f} tokens/s, "
-                  f"mfu {flops_per_token * tokens_per_sec / world_size / peak_flops:.1%}")
+    if iter_num % log_interval == 0 and not math.isfinite(loss.item()):  # the only place the hot loop waits for the device
+        stop_non_finite(f"loss={loss.item()}")
+    if master and (iter_num % log_interval == 0 or time.time() - last_print > 60):  # and a line a minute in slow runs
+        terms = raw_model.last_loss_terms  # speeds are averages since the last evaluation
+        tokens_per_sec = interval_tokens / (time.time() - interval_start)
+        iter_seconds = tokens_per_iter / tokens_per_sec
+        embedding = f", embedding loss {terms['embedding']:.3e}" if terms["embedding"] is not None else ""
+        print(f"iter {iter_num}: loss {terms['ce']:.4f}{embedding}, grad norm {grad_norm.item():.3f}, lr {lr:.2e}, "
+              f"{iter_seconds * 1000:.0f} ms/iter, {tokens_per_sec:,.0f} tokens/s, "
+              f"mfu {flops_per_token * tokens_per_sec / world_size / peak_flops:.1%}, "
+              f"ETA {duration((max_iters - iter_num) * iter_seconds + evals_left(iter_num) * eval_seconds)}", flush=True)
+        last_print = time.time()
 if master:
     print(f"done: {iter_num} iterations in {time.time() - run_start:.1f}s; checkpoint and log in {out_dir}/")
 if ddp:
