@@ -100,7 +100,7 @@ def write_meta(folder, **changes):
     (lambda d: (d / "meta.json").write_text('{"vocab_size": 256,'), ["meta.json"]),
     (lambda d: (d / "meta.json").write_text("[256]"), ["meta.json"]),
     (lambda d: write_meta(d, vocab_size=None), ["meta.json", "vocab_size"]),
-    (lambda d: (write_meta(d, val_tokens=0), (d / "val.bin").write_bytes(b"")), ["val.bin", "empty", "--val_fraction 0"]),
+    (lambda d: (write_meta(d, val_tokens=0), (d / "val.bin").write_bytes(b"")), ["val.bin", "empty", "with --val_fraction 0.05"]),
 ], ids=["id_beyond_vocab", "train_cut_in_half", "odd_bytes", "meta_not_json", "meta_not_object", "meta_without_vocab",
         "no_val_split"])
 def test_broken_dataset_is_refused_at_start_naming_the_file_and_the_rebuild(workdir, tmp_path, breaks, fragments):

@@ -277,8 +277,8 @@ else:
         if expected is not None and n_bytes != 2 * expected:
             fail(f"{path} has {n_bytes // 2:,} tokens, but meta.json says {split}_tokens={expected:,}: a file cut short, "
                  f"or files of different preparations; {again}")
-        if n_bytes == 0:
-            fail(f"{path} is empty" + (" (prepared with --val_fraction 0)" if split == "val" else "") + f"; {again}")
+        if n_bytes == 0 and split == "val":
+            fail(f"{path} is empty (prepared with --val_fraction 0); {again} with --val_fraction 0.05")
         if n_bytes // 2 <= block:
             fail(f"{path} has {n_bytes // 2} tokens, too few for context_size={block}; prepare more text or lower --context_size")
         largest = int(np.memmap(path, dtype=np.uint16, mode="r").max())  # one pass over the file
@@ -487,10 +487,14 @@ def evals_left(it):
 
 
 def duration(seconds):
-    for unit, size, limit in (("ms", 1e-3, 1), ("s", 1, 90), ("min", 60, 5400), ("h", 3600, 2 * 86400)):
-        if seconds < limit:
-            return f"{seconds / size:.0f} {unit}" if unit != "h" else f"{seconds / size:.1f} h"
-    return f"{seconds / 86400:.1f} days"
+    """e.g. 350 ms, 45 s, 12 min, 3.2 h, 2.5 days"""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h" if seconds < 48 * 3600 else f"{seconds / 86400:.1f} days"
 
 
 def on_interrupt(kind, value, tb):
