@@ -68,10 +68,15 @@ def test_setting_out_of_range_is_one_line_error(workdir, setting):
     assert not os.path.exists(workdir / "out_err")
 
 
+def test_whole_split_evaluation_is_refused_for_reversal(tmp_path):
+    result = run("train.py", "--dataset=reversal", "--eval_iters=0", "--device=cpu", cwd=tmp_path, check=False)
+    assert_one_line_error(result, "eval_iters=0", "reversal")  # eval_iters=0 reads every token of val.bin, which reversal has not
+
+
 # 3. config files
 
 @pytest.mark.parametrize("text, line", [(b"max_iters = 2\nn_layer = (\n", 2), (b"max_iters = 2\n\nn_layer = 1 / 0\n", 3),
-                                        (b"\x89PNG\r\n\x1a\n\x00\xff\xfe", None)])
+                                        (b"\x89PNG\r\n\x1a\n\x00\xff\xfe", None)], ids=["syntax_error", "raises", "binary"])
 def test_broken_config_file_names_the_file_and_line(workdir, tmp_path, text, line):
     (tmp_path / "broken.py").write_bytes(text)
     result = train(workdir, "out_err", str(tmp_path / "broken.py"), check=False)
@@ -175,7 +180,7 @@ def test_ctrl_c_says_where_the_last_checkpoint_is(workdir):
     (["--temperature=nan"], ["temperature=nan"]),
     (["--start=FILE:binary.bin"], ["binary.bin", "not UTF-8"]),
     ([b"--start=caf\xe9"], ["not valid UTF-8"]),
-])
+], ids=["device", "temperature", "binary_prompt_file", "non_utf8_prompt"])
 def test_sample_bad_input_is_one_line_error(workdir, args, fragments):
     (workdir / "binary.bin").write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00")
     result = subprocess.run([sys.executable, os.path.join(HERE, "sample.py"), "--out_dir=out_full", *args],
@@ -187,7 +192,7 @@ def test_sample_bad_input_is_one_line_error(workdir, args, fragments):
 @pytest.mark.parametrize("meta, fragments", [
     ("{oops", ["meta.json", "tokenizer"]),
     (json.dumps({"tokenizer": "gpt2", "vocab_size": 50257}), ["meta.json", "gpt2", "vocab_size=256"]),
-])
+], ids=["meta_not_json", "tokenizer_of_another_vocabulary"])
 def test_sample_with_a_broken_or_mismatched_meta_is_one_line_error(workdir, tmp_path, meta, fragments):
     copy_run(workdir, tmp_path)
     (tmp_path / "data" / "tiny" / "meta.json").write_text(meta)
