@@ -535,6 +535,7 @@ def main(argv=None):
         ids = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.uint16)
         write_atomic(os.path.join(out, f"{split}.bin"), ids.tobytes())
         meta[f"{split}_tokens"], meta[f"{split}_articles"] = len(ids), len(arrays)
+        meta[f"{split}_token_sum"] = int(ids.sum(dtype=np.uint64))  # train.py tells files of two preparations apart
     meta.update(source=source, min_chars=args.min_chars, skipped_short_articles=num_found - len(articles),
                 val_fraction=args.val_fraction, seed=args.seed)
     write_atomic(os.path.join(out, "meta.json"), (json.dumps(meta, indent=2) + "\n").encode("utf-8"))

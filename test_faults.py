@@ -92,6 +92,12 @@ def break_val_ids(folder):
     ids.tofile(folder / "val.bin")
 
 
+def change_one_train_token(folder):
+    ids = np.fromfile(folder / "train.bin", dtype=np.uint16)
+    ids[len(ids) // 2] = (ids[len(ids) // 2] + 1) % 256  # same size, still in the vocabulary
+    ids.tofile(folder / "train.bin")
+
+
 def write_meta(folder, **changes):
     meta = json.loads((folder / "meta.json").read_text())
     (folder / "meta.json").write_text(json.dumps({k: v for k, v in {**meta, **changes}.items() if v is not None}))
@@ -106,8 +112,9 @@ def write_meta(folder, **changes):
     (lambda d: (d / "meta.json").write_text("[256]"), ["meta.json"]),
     (lambda d: write_meta(d, vocab_size=None), ["meta.json", "vocab_size"]),
     (lambda d: (write_meta(d, val_tokens=0), (d / "val.bin").write_bytes(b"")), ["val.bin", "empty", "with --val_fraction 0.05"]),
+    (change_one_train_token, ["train.bin", "train_token_sum differs", "different preparations"]),
 ], ids=["id_beyond_vocab", "train_cut_in_half", "odd_bytes", "meta_not_json", "meta_not_object", "meta_without_vocab",
-        "no_val_split"])
+        "no_val_split", "another_preparation"])
 def test_broken_dataset_is_refused_at_start_naming_the_file_and_the_rebuild(workdir, tmp_path, breaks, fragments):
     shutil.copytree(workdir / "data" / "tiny", tmp_path / "data" / "tiny")
     breaks(tmp_path / "data" / "tiny")

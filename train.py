@@ -281,10 +281,14 @@ else:
             fail(f"{path} is empty (prepared with --val_fraction 0); {again} with --val_fraction 0.05")
         if n_bytes // 2 <= block:
             fail(f"{path} has {n_bytes // 2} tokens, too few for context_size={block}; prepare more text or lower --context_size")
-        largest = int(np.memmap(path, dtype=np.uint16, mode="r").max())  # one pass over the file
+        tokens = np.memmap(path, dtype=np.uint16, mode="r")
+        largest = int(tokens.max())
         if largest >= dataset_vocab:
             fail(f"{path} holds token id {largest}, but meta.json's vocab_size is {dataset_vocab}: "
                  f"files of different preparations; {again}")
+        if meta.get(f"{split}_token_sum") not in (None, int(tokens.sum(dtype=np.uint64))):
+            fail(f"{path} does not hold the tokens meta.json was written for ({split}_token_sum differs): "
+                 f"files of different preparations, or a damaged file; {again}")
 
     def get_batch_cpu(split, rng):
         data = np.memmap(os.path.join(data_dir, f"{split}.bin"), dtype=np.uint16, mode="r")  # reopened: no memory growth
