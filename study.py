@@ -149,8 +149,9 @@ def summary(suite, results):
             p = paired(logs, run, "baseline", key)
             cells.append("–" if run == "baseline" or p["n"] < 2 else
                          f"{p['mean']:+.4f} ({p['ci'][0]:+.4f}, {p['ci'][1]:+.4f}), {p['wins']}/{p['n']} lower")
-        print(f"| {run} | {len(f)} | {mean['best_val']:.4f} ± {sd['best_val']:.4f} | {mean['best_iter']:.0f} | "
-              f"{mean['final_val']:.4f} ± {sd['final_val']:.4f} | {mean['final_train']:.4f} ± {sd['final_train']:.4f} | "
+        pm = lambda k: f"{mean[k]:.4f}" + (f" ± {sd[k]:.4f}" if len(f) > 1 else "")
+        print(f"| {run} | {len(f)} | {pm('best_val')} | {mean['best_iter']:.0f} | "
+              f"{pm('final_val')} | {pm('final_train')} | "
               f"{mean['gap']:.3f} | {cells[0]} | {cells[1]} |")
     return logs
 
