@@ -68,3 +68,15 @@ def test_paired_difference_uses_the_seeds_both_runs_have_with_a_t_interval():
     assert p["n"] == 3 and p["wins"] == 3
     assert math.isclose(p["mean"], d.mean()) and math.isclose(p["se"], se)
     assert np.allclose(p["ci"], (d.mean() - 4.303 * se, d.mean() + 4.303 * se))
+
+
+def test_gpt2_long_suite_extends_runs_of_the_gpt2_suite():
+    """The long runs are the gpt2 suite's configs trained past their own max_iters, so their first steps are those
+    runs again (same data order per seed, learning rate still almost constant at the end)."""
+    short, long = study.SUITES["gpt2"], study.SUITES["gpt2_long"]
+    assert set(long["runs"]) <= set(short["runs"]) and long["runs"][0] == "baseline"
+    assert (long["config"], long["dataset"], long["prepare"]) == (short["config"], short["dataset"], short["prepare"])
+    for run in long["runs"]:
+        namespace, _ = model_of("gpt2_long", run)
+        assert long["max_iters"] >= 2 * namespace["max_iters"]
+        assert namespace["lr_decay_iters"] > 10 * long["max_iters"]
