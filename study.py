@@ -141,24 +141,24 @@ def summary(suite, results):
     s = SUITES[suite]
     logs = load(results, s["runs"], s["seeds"] + s.get("extra_seeds", []),
                 lambda run: config_value(suite, run, "max_iters") if suite == "gpt2" else s["max_iters"])
-    print(f"| run | seeds | best val | at step | final val | final train | val - train | "
-          f"best val - baseline (95% CI) | final val - baseline (95% CI) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    diffs = ("best_val", "late_val", "final_val")
+    print("| run | seeds | best val | at step | late val | final val | final train | val - train | "
+          + " | ".join(f"{key.replace('_', ' ')} - baseline (95% CI)" for key in diffs) + " |")
+    print("|---" * 11 + "|")
     for run in s["runs"]:
         if run not in logs:
             continue
         f = [run_figures(log) for log in logs[run].values()]
-        mean = {k: np.mean([x[k] for x in f]) for k in ("best_val", "best_iter", "final_val", "final_train", "gap")}
+        mean = {k: np.mean([x[k] for x in f]) for k in ("best_val", "best_iter", "late_val", "final_val", "final_train", "gap")}
         sd = {k: np.std([x[k] for x in f], ddof=1) if len(f) > 1 else math.nan for k in mean}
         cells = []
-        for key in ("best_val", "final_val"):
+        for key in diffs:
             p = paired(logs, run, "baseline", key)
             cells.append("–" if run == "baseline" or p["n"] < 2 else
                          f"{p['mean']:+.4f} ({p['ci'][0]:+.4f}, {p['ci'][1]:+.4f}), {p['wins']}/{p['n']} lower")
         pm = lambda k: f"{mean[k]:.4f}" + (f" ± {sd[k]:.4f}" if len(f) > 1 else "")
-        print(f"| {run} | {len(f)} | {pm('best_val')} | {mean['best_iter']:.0f} | "
-              f"{pm('final_val')} | {pm('final_train')} | "
-              f"{mean['gap']:.3f} | {cells[0]} | {cells[1]} |")
+        print(f"| {run} | {len(f)} | {pm('best_val')} | {mean['best_iter']:.0f} | {pm('late_val')} | "
+              f"{pm('final_val')} | {pm('final_train')} | {mean['gap']:.3f} | " + " | ".join(cells) + " |")
     return logs
 
 
