@@ -114,13 +114,18 @@ def test_cached_step_by_step_logits_equal_the_full_forward(flags):
 
 
 @pytest.mark.parametrize("variant, attention_modules", [("baseline", 2), ("encdec", 2 + 2 * 2), ("parallel", 2 + 2 * 2)])
-def test_cache_holds_encoder_decoder_and_cross_attention(variant, attention_modules):
+def test_cache_is_preallocated_per_attention_module_and_written_in_place(variant, attention_modules):
     model = tiny(variant=variant).eval()
     cache = {}
     model(tokens(T=5), cache=cache)
-    kv = {module: kv[0] for module, kv in cache.items() if not isinstance(module, str)}
-    assert len(kv) == attention_modules
-    assert all(k.size(2) == 5 for k in kv.values()) and cache["length"] == 5
+    buffers = {module: kv for module, kv in cache.items() if not isinstance(module, str)}
+    assert len(buffers) == attention_modules and cache["length"] == 5  # encoder, decoder and cross-attention
+    storage = {module: kv.data_ptr() for module, kv in buffers.items()}
+    model(tokens(T=1), cache=cache)  # one more position, written where the first step left off
+    for module, kv in cache.items():
+        if not isinstance(module, str):  # (keys / values, B, heads, whole context, head size padded to 8)
+            assert kv.shape == (2, 3, module.n_head, TINY["context_size"], 8) and kv.data_ptr() == storage[module]
+            assert kv[:, :, :, :6].abs().sum(dim=-1).ne(0).all() and not kv[:, :, :, 6:].any()
 
 
 @pytest.mark.parametrize("variant", ["baseline", "encdec", "parallel"])
