@@ -100,9 +100,16 @@ def capture_E_and_encoder_out(model, idx):
 
 # --- 3. the KV cache ---
 
-@pytest.mark.parametrize("flags", [dict(variant="baseline", sub_pos_embed="yes"), dict(variant="encdec"),
-                                   dict(variant="encdec", decoder_order="cross_first", add_pos_embed_to_decoder=True),
-                                   dict(variant="parallel", n_encoder_layer=3, n_decoder_layer=2)])
+DECODE_FLAGS = [  # every flag that changes the decoding path, and head sizes that need padding (4 here)
+    dict(variant="baseline"), dict(variant="baseline", sub_pos_embed="yes"), dict(variant="baseline", sub_pos_embed="yes_ln", n_head=4),
+    dict(variant="encdec"), dict(variant="encdec", decoder_order="cross_first", add_pos_embed_to_decoder=True),
+    dict(variant="encdec", sub_pos_embed="yes_ln", encoder_out_ln=False, embedding_ln="avg_cum_sum", cross_n_head=2),
+    dict(variant="encdec", embedding_loss="none", sub_pos_embed="no", n_encoder_layer=3, n_decoder_layer=1),
+    dict(variant="parallel", n_encoder_layer=3, n_decoder_layer=2),
+    dict(variant="parallel", add_pos_embed_to_decoder=True, sub_pos_embed="yes_ln", decoder_order="cross_first")]
+
+
+@pytest.mark.parametrize("flags", DECODE_FLAGS)
 def test_cached_step_by_step_logits_equal_the_full_forward(flags):
     model = tiny(**flags).eval()
     idx = tokens(T=10)
@@ -128,9 +135,9 @@ def test_cache_is_preallocated_per_attention_module_and_written_in_place(variant
             assert kv[:, :, :, :6].abs().sum(dim=-1).ne(0).all() and not kv[:, :, :, 6:].any()
 
 
-@pytest.mark.parametrize("variant", ["baseline", "encdec", "parallel"])
-def test_greedy_generation_with_cache_equals_without_also_past_context_size(variant):
-    model = tiny(variant=variant, dropout=0.1).eval()
+@pytest.mark.parametrize("flags", DECODE_FLAGS)
+def test_greedy_generation_with_cache_equals_without_also_past_context_size(flags):
+    model = tiny(**flags, dropout=0.1).eval()
     prompt = tokens(B=2, T=5)
     new = 2 * TINY["context_size"]  # the window slides for most of these steps
     with_cache = model.generate(prompt, new, top_k=1, use_cache=True)
