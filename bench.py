@@ -139,35 +139,42 @@ def hf_gpt2(model):
 
 
 def memory_bandwidth(n_bytes, repeats=10):
-    """Bytes/s of summing a float32 tensor of n_bytes: the speed at which this machine reads the weights once."""
+    """Bytes/s of summing a float32 tensor of n_bytes, best of repeats: how fast this machine can read the weights once."""
     x = torch.ones(n_bytes // 4)
     times = []
-    for _ in range(repeats + 2):
+    for _ in range(repeats):
         t0 = time.perf_counter()
         x.sum()
         times.append(time.perf_counter() - t0)
-    return n_bytes / statistics.median(times[2:])
+    return n_bytes / min(times)
 
 
 def decode_race(args):
     """Greedy decoding, ours against Hugging Face's GPT-2 of the baseline's shape, interleaved run by run."""
-    models = {}
-    for path in CONFIGS[args.configs.split(",")[0]]:
+    models, paths = {}, CONFIGS[args.configs.split(",")[0]]
+    context = model_config(paths[0]).context_size
+    for name in ("decode_prompt", "decode_tokens", "decode_repeats"):
+        if getattr(args, name) < 1:
+            sys.exit(f"error: --{name}={getattr(args, name)} is not allowed; use 1 or more")
+    if args.decode_prompt >= context:
+        sys.exit(f"error: --decode_prompt={args.decode_prompt} leaves no room in the context of {context}; use a shorter prompt")
+    new_tokens = min(args.decode_tokens, context - args.decode_prompt)  # Hugging Face's GPT-2 stops at its context
+    for path in paths:
         torch.manual_seed(0)
         model = build_model(model_config(path)).eval()
-        models[f"ours {model.config.variant}"] = (model, lambda p, m=model: m.generate(p, args.decode_tokens, top_k=1))
+        models[f"ours {model.config.variant}"] = (model, lambda p, m=model: m.generate(p, new_tokens, top_k=1))
     base = models["ours baseline"][0]
     try:
         hf = hf_gpt2(base)
         models["HF GPT2LMHeadModel"] = (hf, lambda p: hf.generate(p, attention_mask=torch.ones_like(p), do_sample=False,
-                                                                   max_new_tokens=args.decode_tokens, pad_token_id=0))
+                                                                   max_new_tokens=new_tokens, pad_token_id=0))
     except ImportError:
         print("decode: Hugging Face row skipped: transformers is not installed (pip install transformers)")
     weight_bytes = {k: sum(p.numel() * p.element_size() for p in m.parameters()) for k, (m, _) in models.items()}
     bandwidth = memory_bandwidth(max(weight_bytes.values()))
     print(f"decode: greedy, fp32, threads {torch.get_num_threads()}, prompt {args.decode_prompt} tokens, "
-          f"{args.decode_tokens} new, median of {args.decode_repeats} interleaved runs; memory bandwidth {bandwidth / 1e9:.1f} GB/s "
-          f"(sum of a weights-sized tensor); bound = bandwidth / weight bytes per decoding step")
+          f"{new_tokens} new, median of {args.decode_repeats} interleaved runs; memory bandwidth {bandwidth / 1e9:.1f} GB/s "
+          f"(best sum of a weights-sized tensor); bound = bandwidth / weight bytes per decoding step")
     print(f"{'model':20} {'batch':>5} {'MB':>6} {'tok/s':>8} {'vs HF':>6} {'of bound':>8}  tokens")
     rows = []
     for batch in (1, 8):
@@ -181,9 +188,9 @@ def decode_race(args):
                     t0 = time.perf_counter()
                     outs[k] = run(prompt)
                     times[k].append(time.perf_counter() - t0)
-        hf_speed = batch * args.decode_tokens / statistics.median(times["HF GPT2LMHeadModel"]) if "HF GPT2LMHeadModel" in times else None
+        hf_speed = batch * new_tokens / statistics.median(times["HF GPT2LMHeadModel"]) if "HF GPT2LMHeadModel" in times else None
         for k in models:
-            speed = batch * args.decode_tokens / statistics.median(times[k])
+            speed = batch * new_tokens / statistics.median(times[k])
             agree = None
             if hf_speed and k in ("ours baseline", "HF GPT2LMHeadModel"):
                 agree = torch.equal(outs["ours baseline"], outs["HF GPT2LMHeadModel"])
