@@ -150,7 +150,7 @@ def memory_bandwidth(n_bytes, repeats=10):
 
 
 def decode_race(args):
-    """Greedy decoding, ours against Hugging Face's GPT-2 of the baseline's shape, interleaved run by run."""
+    """Greedy decoding on the CPU, ours against Hugging Face's GPT-2 of the baseline's shape, interleaved run by run."""
     models, paths = {}, CONFIGS[args.configs.split(",")[0]]
     context = model_config(paths[0]).context_size
     for name in ("decode_prompt", "decode_tokens", "decode_repeats"):

@@ -11,7 +11,8 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 
 def test_quick_bench_reports_every_variant_with_identical_cached_sampling(tmp_path):
     out = tmp_path / "bench.json"
-    cmd = [sys.executable, "bench.py", "--quick", "--configs=cpu", "--repeats=1", "--batch_size=2", f"--json={out}"]
+    cmd = [sys.executable, "bench.py", "--quick", "--configs=cpu", "--repeats=1", "--batch_size=2", "--decode_tokens=4", "--decode_repeats=1",
+           f"--json={out}"]
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr
     rows = json.loads(out.read_text())["rows"]
