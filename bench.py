@@ -6,6 +6,9 @@ medians over repeats, warm-up excluded.
     python bench.py                  # paper configs and CPU-scale configs
     python bench.py --quick          # fewer repeats, no 1000-token sampling
     python bench.py --device=cuda --dtype=bfloat16 --compile
+    python bench.py --decode_only    # greedy decoding at batch 1 and 8 against Hugging Face's GPT-2 of the same shape
+
+The Hugging Face row needs `pip install transformers` (used by this benchmark only; skipped without it).
 """
 
 import argparse
@@ -111,6 +114,96 @@ def memory_of(args):
         print(resident_mib("VmHWM") - before)
 
 
+def hf_gpt2(model):
+    """Hugging Face's GPT2LMHeadModel of the baseline's shape, holding its weights (zero biases where it has none)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    c = model.config
+    hf = GPT2LMHeadModel(GPT2Config(vocab_size=c.vocab_size, n_positions=c.context_size, n_embd=c.n_embed, n_layer=c.n_layer,
+                                    n_head=c.n_head, activation_function="gelu", resid_pdrop=0, embd_pdrop=0, attn_pdrop=0,
+                                    bos_token_id=None, eos_token_id=None))
+    hf.config._attn_implementation = "sdpa"
+    hf.generation_config.eos_token_id = None  # never stop early: the same number of tokens as ours
+    ours = {"transformer.wte": model.wte, "transformer.wpe": model.wpe, "transformer.ln_f": model.ln_f}
+    for i, b in enumerate(model.blocks):  # GPT-2's Conv1D stores (in, out): our Linear weights transposed
+        ours.update({f"transformer.h.{i}.ln_1": b.ln_1, f"transformer.h.{i}.ln_2": b.ln_2,
+                     f"transformer.h.{i}.attn.c_attn": b.attn.qkv_proj, f"transformer.h.{i}.attn.c_proj": b.attn.out_proj,
+                     f"transformer.h.{i}.mlp.c_fc": b.mlp.fc, f"transformer.h.{i}.mlp.c_proj": b.mlp.out_proj})
+    with torch.no_grad():
+        for name, module in hf.named_modules():
+            if name in ours:
+                w, b = ours[name].weight, getattr(ours[name], "bias", None)
+                module.weight.copy_(w.T if "attn.c" in name or "mlp.c" in name else w)
+                if getattr(module, "bias", None) is not None:
+                    module.bias.copy_(b) if b is not None else module.bias.zero_()
+    return hf.eval()
+
+
+def memory_bandwidth(n_bytes, repeats=10):
+    """Bytes/s of summing a float32 tensor of n_bytes, best of repeats: how fast this machine can read the weights once."""
+    x = torch.ones(n_bytes // 4)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        x.sum()
+        times.append(time.perf_counter() - t0)
+    return n_bytes / min(times)
+
+
+def decode_race(args):
+    """Greedy decoding on the CPU, ours against Hugging Face's GPT-2 of the baseline's shape, interleaved run by run."""
+    models, paths = {}, CONFIGS[args.configs.split(",")[0]]
+    context = model_config(paths[0]).context_size
+    for name in ("decode_prompt", "decode_tokens", "decode_repeats"):
+        if getattr(args, name) < 1:
+            sys.exit(f"error: --{name}={getattr(args, name)} is not allowed; use 1 or more")
+    if args.decode_prompt >= context:
+        sys.exit(f"error: --decode_prompt={args.decode_prompt} leaves no room in the context of {context}; use a shorter prompt")
+    new_tokens = min(args.decode_tokens, context - args.decode_prompt)  # Hugging Face's GPT-2 stops at its context
+    for path in paths:
+        torch.manual_seed(0)
+        model = build_model(model_config(path)).eval()
+        models[f"ours {model.config.variant}"] = (model, lambda p, m=model: m.generate(p, new_tokens, top_k=1))
+    base = models["ours baseline"][0]
+    try:
+        hf = hf_gpt2(base)
+        models["HF GPT2LMHeadModel"] = (hf, lambda p: hf.generate(p, attention_mask=torch.ones_like(p), do_sample=False,
+                                                                   max_new_tokens=new_tokens, pad_token_id=0))
+    except ImportError:
+        print("decode: Hugging Face row skipped: transformers is not installed (pip install transformers)")
+    weight_bytes = {k: sum(p.numel() * p.element_size() for p in m.parameters()) for k, (m, _) in models.items()}
+    bandwidth = memory_bandwidth(max(weight_bytes.values()))
+    print(f"decode: greedy, fp32, threads {torch.get_num_threads()}, prompt {args.decode_prompt} tokens, "
+          f"{new_tokens} new, median of {args.decode_repeats} interleaved runs; memory bandwidth {bandwidth / 1e9:.1f} GB/s "
+          f"(best sum of a weights-sized tensor); bound = bandwidth / weight bytes per decoding step")
+    print(f"{'model':20} {'batch':>5} {'MB':>6} {'tok/s':>8} {'vs HF':>6} {'of bound':>8}  tokens")
+    rows = []
+    for batch in (1, 8):
+        prompt = torch.randint(0, base.config.vocab_size, (batch, args.decode_prompt), generator=torch.Generator().manual_seed(batch))
+        times, outs = {k: [] for k in models}, {}
+        with torch.inference_mode():
+            for k, (_, run) in models.items():  # warm-up
+                run(prompt[:, :4])
+            for _ in range(args.decode_repeats):
+                for k, (_, run) in models.items():
+                    t0 = time.perf_counter()
+                    outs[k] = run(prompt)
+                    times[k].append(time.perf_counter() - t0)
+        hf_speed = batch * new_tokens / statistics.median(times["HF GPT2LMHeadModel"]) if "HF GPT2LMHeadModel" in times else None
+        for k in models:
+            speed = batch * new_tokens / statistics.median(times[k])
+            agree = None
+            if hf_speed and k in ("ours baseline", "HF GPT2LMHeadModel"):
+                agree = torch.equal(outs["ours baseline"], outs["HF GPT2LMHeadModel"])
+            row = dict(model=k, batch=batch, weight_bytes=weight_bytes[k], tokens_per_s=speed,
+                       vs_hf=speed / hf_speed if hf_speed else None, of_bound=weight_bytes[k] * speed / batch / bandwidth,
+                       tokens_agree_with_hf=agree)
+            rows.append(row)
+            vs_hf = f"{row['vs_hf']:.2f}x" if hf_speed else "-"
+            print(f"{k:20} {batch:>5} {row['weight_bytes'] / 1e6:>6.1f} {speed:>8.1f} {vs_hf:>6} {row['of_bound']:>8.1%}  "
+                  f"{'' if agree is None else 'same as HF' if agree else 'DIFFER from HF'}", flush=True)
+    return dict(memory_bandwidth=bandwidth, rows=rows)
+
+
 def table_line(r, sample_lengths):
     line = f"{r['configs']:7} {r['variant']:9} {r['params']:>11,} {r['train_tokens_per_s']:>11,.0f} {r['mfu']:>6.1%} {r['peak_mem_mib']:>9,.0f}"
     for n in sample_lengths:
@@ -130,11 +223,24 @@ def main():
     parser.add_argument("--batch_size", type=int, default=8, help="training batch size")
     parser.add_argument("--sample_batch_size", type=int, default=1, help="sequences generated at once")
     parser.add_argument("--json", default=None, help="also write the rows to this file")
+    parser.add_argument("--decode_only", action="store_true", help="only the greedy decoding race against Hugging Face")
+    parser.add_argument("--decode_prompt", type=int, default=40, help="prompt tokens in the decoding race")
+    parser.add_argument("--decode_tokens", type=int, default=150, help="new tokens in the decoding race")
+    parser.add_argument("--decode_repeats", type=int, default=3, help="interleaved runs in the decoding race")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: PyTorch's)")
     parser.add_argument("--memory_of", default=None, help=argparse.SUPPRESS)  # internal: one step in a fresh process
     args = parser.parse_args()
     args.dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
     if args.memory_of:
         return memory_of(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.decode_only:
+        decode = decode_race(args)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(dict(decode=decode, args=vars(args)), f, indent=1)
+        return
     device, dtype = args.device, getattr(torch, args.dtype)
     repeats = args.repeats or (5 if args.quick else 15)
     sample_lengths = (200,) if args.quick else (200, 1000)
@@ -186,9 +292,10 @@ def main():
         base = by_variant["baseline"]["train_tokens_per_s"]
         print(f"{name}: training tokens/s relative to the baseline: " +
               ", ".join(f"{v} {r['train_tokens_per_s'] / base:.3f}" for v, r in by_variant.items() if v != "baseline"))
+    decode = decode_race(args)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(peak_flops=peak, rows=rows, args=vars(args)), f, indent=1)
+            json.dump(dict(peak_flops=peak, rows=rows, decode=decode, args=vars(args)), f, indent=1)
 
 
 if __name__ == "__main__":

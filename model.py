@@ -132,10 +132,10 @@ def causal_attention(q, k, v, dropout_p):
     """q holds the last T of the L key positions (L > T when a KV cache holds the past)."""
     T, L, hs = q.size(-2), k.size(-2), q.size(-1)
     scale = 1 / math.sqrt(hs)
-    if hs % 8:
-        # The fused attention kernels are up to 1.6x slower for head sizes that are not a multiple of 8 (the
-        # write-up's cross-attention has 15). Zero columns change no dot product and give zero output columns.
-        q, k, v = (F.pad(t, (0, -hs % 8)) for t in (q, k, v))
+    # The fused attention kernels are up to 1.6x slower for head sizes that are not a multiple of 8 (the write-up's
+    # cross-attention has 15). Zero columns change no dot product and give zero output columns. (A KV cache holds
+    # its keys / values padded already.)
+    q, k, v = (F.pad(t, (0, -t.size(-1) % 8)) if t.size(-1) % 8 else t for t in (q, k, v))
     mask = None  # one new token (T == 1) sees every key; T == L is the plain causal case
     if 1 < T < L:  # query i sits at position L - T + i and may see keys 0 .. L - T + i
         mask = torch.ones(T, L, dtype=torch.bool, device=q.device).tril(L - T)
@@ -149,7 +149,7 @@ class Attention(nn.Module):
 
     def __init__(self, config, n_head, cross=False):
         super().__init__()
-        C, self.n_head, self.cross = config.n_embed, n_head, cross
+        C, self.n_head, self.cross, self.context_size = config.n_embed, n_head, cross, config.context_size
         if cross:
             self.q_proj = nn.Linear(C, C, bias=config.bias)
             self.kv_proj = nn.Linear(C, 2 * C, bias=config.bias)
@@ -162,16 +162,17 @@ class Attention(nn.Module):
 
     def forward(self, x, context=None, cache=None):
         B, T, C = x.size()
-        if self.cross:
-            q, (k, v) = self.q_proj(x), self.kv_proj(context).split(C, dim=2)
-        else:
-            q, k, v = self.qkv_proj(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
-        if cache is not None:  # keep this module's keys / values of all positions seen so far
-            if self in cache:
-                k, v = torch.cat([cache[self][0], k], dim=2), torch.cat([cache[self][1], v], dim=2)
-            cache[self] = (k, v)
-        y = causal_attention(q, k, v, self.dropout if self.training else 0.0)
+        nh, hs = self.n_head, C // self.n_head
+        q, kv = (self.q_proj(x), self.kv_proj(context)) if self.cross else self.qkv_proj(x).split([C, 2 * C], dim=2)
+        q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+        kv = kv.view(B, T, 2, nh, hs).permute(2, 0, 3, 1, 4)  # (2, B, nh, T, hs): keys, values
+        if cache is not None:  # this module's keys / values of every position so far, in one buffer per module
+            t0 = cache.get("length", 0)
+            if self not in cache:  # allocated once for the whole context, head size already padded to a multiple of 8
+                cache[self] = kv.new_zeros(2, B, nh, self.context_size, hs + -hs % 8)
+            cache[self][..., t0:t0 + T, :hs] = kv  # written in place at the current positions
+            kv = cache[self][..., :t0 + T, :]
+        y = causal_attention(q, kv[0], kv[1], self.dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side again
         return self.resid_dropout(self.out_proj(y))
 
@@ -436,17 +437,19 @@ class Transformer(nn.Module):
 
     @torch.inference_mode()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
-        """Append max_new_tokens sampled tokens to idx (B, T). With use_cache, every attention module keeps
-        its keys / values, so each step runs only the new token; past context_size the window slides and the
-        cache is rebuilt for it, because absolute positions shift."""
-        cache = None
+        """Append max_new_tokens sampled tokens to idx (B, T). With use_cache, every attention module writes its
+        keys / values into a buffer preallocated for the whole context, so each step runs only the new token; past
+        context_size the window slides and the cache is refilled from it, because absolute positions shift."""
+        ctx = self.config.context_size
+        cache = {"length": 0} if use_cache else None
         lm_head_t = self.lm_head.weight.T.contiguous()  # (C, vocab): one row's logits come ~4x faster on a CPU
         for _ in range(max_new_tokens):
-            if not use_cache or cache is None or cache["length"] >= self.config.context_size:
-                cache = {} if use_cache else None
-                x = idx[:, -self.config.context_size:]  # whole window
-            else:
+            if use_cache and 0 < cache["length"] < ctx:
                 x = idx[:, -1:]  # only the newest token
+            else:  # the whole window: first step, no cache, or a sliding window (the same buffers, refilled)
+                x = idx[:, -ctx:]
+                if use_cache:
+                    cache["length"] = 0
             logits = self.hidden_states(x, cache)[0][:, -1, :] @ lm_head_t / temperature
             if top_k == 1:  # greedy: the most likely token, without drawing from 50k probabilities
                 idx_next = logits.argmax(dim=-1, keepdim=True)

@@ -4,12 +4,15 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
 def test_quick_bench_reports_every_variant_with_identical_cached_sampling(tmp_path):
     out = tmp_path / "bench.json"
-    cmd = [sys.executable, "bench.py", "--quick", "--configs=cpu", "--repeats=1", "--batch_size=2", f"--json={out}"]
+    cmd = [sys.executable, "bench.py", "--quick", "--configs=cpu", "--repeats=1", "--batch_size=2", "--decode_tokens=4", "--decode_repeats=1",
+           f"--json={out}"]
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr
     rows = json.loads(out.read_text())["rows"]
@@ -18,3 +21,43 @@ def test_quick_bench_reports_every_variant_with_identical_cached_sampling(tmp_pa
         assert r["sample200_identical"], f"{r['variant']}: cached and uncached greedy samples differ"
         assert r["train_tokens_per_s"] > 0 and 0 < r["mfu"] and r["peak_mem_mib"] > 0
     assert "training tokens/s relative to the baseline" in result.stdout
+
+
+def run_decode_race(tmp_path, env=None):
+    out = tmp_path / "decode.json"
+    cmd = [sys.executable, "bench.py", "--decode_only", "--configs=cpu", "--decode_prompt=6", "--decode_tokens=6",
+           "--decode_repeats=1", "--threads=1", f"--json={out}"]
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
+    assert result.returncode == 0, result.stderr
+    return result.stdout, json.loads(out.read_text())["decode"]
+
+
+def test_hf_gpt2_holding_the_baseline_weights_gives_the_baseline_logits():
+    pytest.importorskip("transformers")
+    import torch
+    import bench
+    torch.manual_seed(0)
+    model = bench.build_model(bench.model_config("config/cpu_baseline.py")).eval()
+    idx = torch.randint(0, model.config.vocab_size, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(bench.hf_gpt2(model)(idx).logits[:, -1:], model(idx)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_decode_race_reports_tokens_per_s_against_hf_with_the_same_tokens(tmp_path):
+    pytest.importorskip("transformers")
+    stdout, decode = run_decode_race(tmp_path)
+    rows = {(r["model"], r["batch"]): r for r in decode["rows"]}
+    assert set(rows) == {(m, b) for m in ("ours baseline", "ours encdec", "ours parallel", "HF GPT2LMHeadModel") for b in (1, 8)}
+    assert all(r["tokens_per_s"] > 0 and 0 < r["of_bound"] and r["vs_hf"] > 0 for r in rows.values())
+    assert rows["HF GPT2LMHeadModel", 1]["tokens_agree_with_hf"] and rows["ours baseline", 8]["tokens_agree_with_hf"]
+    assert decode["memory_bandwidth"] > 0 and "same as HF" in stdout
+
+
+def test_decode_race_without_transformers_skips_the_hf_row_saying_how_to_install_it(tmp_path):
+    hidden = tmp_path / "hide" / "transformers"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError('hidden for this test')\n")
+    stdout, decode = run_decode_race(tmp_path, {"PYTHONPATH": str(hidden.parent)})
+    assert "pip install transformers" in stdout
+    assert {r["model"] for r in decode["rows"]} == {"ours baseline", "ours encdec", "ours parallel"}
+    assert all(r["vs_hf"] is None and r["tokens_per_s"] > 0 for r in decode["rows"])

@@ -100,9 +100,16 @@ def capture_E_and_encoder_out(model, idx):
 
 # --- 3. the KV cache ---
 
-@pytest.mark.parametrize("flags", [dict(variant="baseline", sub_pos_embed="yes"), dict(variant="encdec"),
-                                   dict(variant="encdec", decoder_order="cross_first", add_pos_embed_to_decoder=True),
-                                   dict(variant="parallel", n_encoder_layer=3, n_decoder_layer=2)])
+DECODE_FLAGS = [  # every flag that changes the decoding path, and head sizes that need padding (4 here)
+    dict(variant="baseline"), dict(variant="baseline", sub_pos_embed="yes"), dict(variant="baseline", sub_pos_embed="yes_ln", n_head=4),
+    dict(variant="encdec"), dict(variant="encdec", decoder_order="cross_first", add_pos_embed_to_decoder=True),
+    dict(variant="encdec", sub_pos_embed="yes_ln", encoder_out_ln=False, embedding_ln="avg_cum_sum", cross_n_head=2),
+    dict(variant="encdec", embedding_loss="none", sub_pos_embed="no", n_encoder_layer=3, n_decoder_layer=1),
+    dict(variant="parallel", n_encoder_layer=3, n_decoder_layer=2),
+    dict(variant="parallel", add_pos_embed_to_decoder=True, sub_pos_embed="yes_ln", decoder_order="cross_first")]
+
+
+@pytest.mark.parametrize("flags", DECODE_FLAGS)
 def test_cached_step_by_step_logits_equal_the_full_forward(flags):
     model = tiny(**flags).eval()
     idx = tokens(T=10)
@@ -114,18 +121,23 @@ def test_cached_step_by_step_logits_equal_the_full_forward(flags):
 
 
 @pytest.mark.parametrize("variant, attention_modules", [("baseline", 2), ("encdec", 2 + 2 * 2), ("parallel", 2 + 2 * 2)])
-def test_cache_holds_encoder_decoder_and_cross_attention(variant, attention_modules):
+def test_cache_is_preallocated_per_attention_module_and_written_in_place(variant, attention_modules):
     model = tiny(variant=variant).eval()
     cache = {}
     model(tokens(T=5), cache=cache)
-    kv = {module: kv[0] for module, kv in cache.items() if not isinstance(module, str)}
-    assert len(kv) == attention_modules
-    assert all(k.size(2) == 5 for k in kv.values()) and cache["length"] == 5
+    buffers = {module: kv for module, kv in cache.items() if not isinstance(module, str)}
+    assert len(buffers) == attention_modules and cache["length"] == 5  # encoder, decoder and cross-attention
+    storage = {module: kv.data_ptr() for module, kv in buffers.items()}
+    model(tokens(T=1), cache=cache)  # one more position, written where the first step left off
+    for module, kv in cache.items():
+        if not isinstance(module, str):  # (keys / values, B, heads, whole context, head size padded to 8)
+            assert kv.shape == (2, 3, module.n_head, TINY["context_size"], 8) and kv.data_ptr() == storage[module]
+            assert kv[:, :, :, :6].abs().sum(dim=-1).ne(0).all() and not kv[:, :, :, 6:].any()
 
 
-@pytest.mark.parametrize("variant", ["baseline", "encdec", "parallel"])
-def test_greedy_generation_with_cache_equals_without_also_past_context_size(variant):
-    model = tiny(variant=variant, dropout=0.1).eval()
+@pytest.mark.parametrize("flags", DECODE_FLAGS)
+def test_greedy_generation_with_cache_equals_without_also_past_context_size(flags):
+    model = tiny(**flags, dropout=0.1).eval()
     prompt = tokens(B=2, T=5)
     new = 2 * TINY["context_size"]  # the window slides for most of these steps
     with_cache = model.generate(prompt, new, top_k=1, use_cache=True)
