@@ -139,7 +139,7 @@ def hf_gpt2(model):
 
 
 def memory_bandwidth(n_bytes, repeats=10):
-    """Bytes/s of summing a float32 tensor of n_bytes, best of repeats: how fast this machine can read the weights once."""
+    """Bytes/s of summing a float32 tensor of n_bytes, best of repeats: how fast the weights can be read once."""
     x = torch.ones(n_bytes // 4)
     times = []
     for _ in range(repeats):
