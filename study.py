@@ -3,7 +3,7 @@ The comparisons of the write-up "Auto-regressive Encoder-Decoder Transformer", r
 random seeds, through train.py: two suites, each resumable (run the same command again after an interruption).
 
     python study.py --suite=gpt2     # GPT-2 tokens, many passes, overfitting: the write-up's regime (~4 h on 2 cores)
-    python study.py --suite=gpt2_long  # three of its runs to 3,000 steps: where val loss turns (~1.5 h)
+    python study.py --suite=gpt2_long  # three of its runs to 3,000 steps: where val loss turns (~2 h)
     python study.py --suite=byte     # byte tokens, under one pass: early learning speed (~45 min)
     python study.py --suite=gpt2 --summary           # the table of results so far, with paired differences
     python study.py --suite=gpt2 --results=my_rerun  # train everything again into another folder
@@ -39,7 +39,7 @@ SUITES = {
                        "encdec_mse_pos_sub_fixed_ln", "smaller_baseline", "dropout_baseline", "encdec_pos_sub",
                        "encdec_mse", "encdec_dropout", "baseline_pos_sub", "parallel", "encdec_cosine"]),
     # the same configs run 2.5 times longer (3,000 steps, ~25 passes), to see where val loss turns and whether the
-    # encoder-decoder holds off overfitting; its first 1,200 steps repeat the gpt2 suite's runs step for step
+    # encoder-decoder holds off overfitting; same batches and schedule as the gpt2 suite's runs, equal to float rounding
     "gpt2_long": dict(results="results/gpt2_long", config="cpu_gpt2_", seeds=[0, 1, 2], max_iters=3000,
                       dataset="wikitext2_valid_gpt2c", prepare=["--tokenizer=gpt2", "--compact_vocab"], core=3,
                       runs=["baseline", "encdec_none", "encdec_mse_pos_sub_coeff1"]),
