@@ -153,9 +153,6 @@ def decode_race(args):
     """Greedy decoding on the CPU, ours against Hugging Face's GPT-2 of the baseline's shape, interleaved run by run."""
     models, paths = {}, CONFIGS[args.configs.split(",")[0]]
     context = model_config(paths[0]).context_size
-    for name in ("decode_prompt", "decode_tokens", "decode_repeats"):
-        if getattr(args, name) < 1:
-            sys.exit(f"error: --{name}={getattr(args, name)} is not allowed; use 1 or more")
     if args.decode_prompt >= context:
         sys.exit(f"error: --decode_prompt={args.decode_prompt} leaves no room in the context of {context}; use a shorter prompt")
     new_tokens = min(args.decode_tokens, context - args.decode_prompt)  # Hugging Face's GPT-2 stops at its context
@@ -204,6 +201,12 @@ def decode_race(args):
     return dict(memory_bandwidth=bandwidth, rows=rows)
 
 
+def write_json(args, **figures):
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(figures, args=vars(args)), f, indent=1)
+
+
 def table_line(r, sample_lengths):
     line = f"{r['configs']:7} {r['variant']:9} {r['params']:>11,} {r['train_tokens_per_s']:>11,.0f} {r['mfu']:>6.1%} {r['peak_mem_mib']:>9,.0f}"
     for n in sample_lengths:
@@ -233,14 +236,13 @@ def main():
     args.dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
     if args.memory_of:
         return memory_of(args)
+    for name in ("decode_prompt", "decode_tokens", "decode_repeats"):
+        if getattr(args, name) < 1:
+            sys.exit(f"error: --{name}={getattr(args, name)} is not allowed; use 1 or more")
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.decode_only:
-        decode = decode_race(args)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(dict(decode=decode, args=vars(args)), f, indent=1)
-        return
+        return write_json(args, decode=decode_race(args))
     device, dtype = args.device, getattr(torch, args.dtype)
     repeats = args.repeats or (5 if args.quick else 15)
     sample_lengths = (200,) if args.quick else (200, 1000)
@@ -292,10 +294,7 @@ def main():
         base = by_variant["baseline"]["train_tokens_per_s"]
         print(f"{name}: training tokens/s relative to the baseline: " +
               ", ".join(f"{v} {r['train_tokens_per_s'] / base:.3f}" for v, r in by_variant.items() if v != "baseline"))
-    decode = decode_race(args)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(peak_flops=peak, rows=rows, decode=decode, args=vars(args)), f, indent=1)
+    write_json(args, peak_flops=peak, rows=rows, decode=decode_race(args))
 
 
 if __name__ == "__main__":
