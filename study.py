@@ -31,8 +31,8 @@ SUITES = {
                  dataset="wikitext2_valid_byte", prepare=["--tokenizer=byte"],
                  runs=["baseline", "smaller_baseline", "dropout_baseline", "encdec_none", "encdec_mse", "encdec_cosine",
                        "encdec_pos_sub", "encdec_mse_pos_sub", "parallel", "baseline_pos_sub"]),
-    # config/cpu_gpt2_<run>.py as written; the first five are the core, run first for seeds 0-2; seeds 3 and 4 are
-    # added for every run whose paired difference to the baseline is within two standard errors
+    # config/cpu_gpt2_<run>.py as written; the first five are the core, run first for seeds 0-2 and then seeds 3 and 4
+    # for every core run whose paired difference to the baseline is within two standard errors; then the rest alike
     "gpt2": dict(results="results/gpt2_study", config="cpu_gpt2_", seeds=[0, 1, 2], extra_seeds=[3, 4], max_iters=None,
                  dataset="wikitext2_valid_gpt2c", prepare=["--tokenizer=gpt2", "--compact_vocab"], core=5,
                  runs=["baseline", "encdec_none", "encdec_mse_pos_sub", "encdec_mse_pos_sub_coeff1",
@@ -137,6 +137,12 @@ def paired(logs, run, reference, key):
     return {"n": len(d), "mean": d.mean(), "se": se, "ci": (d.mean() - half, d.mean() + half), "wins": int((d < 0).sum())}
 
 
+def close_runs(logs, runs):
+    """The runs whose paired best-val difference to the baseline is within two standard errors of zero."""
+    return [run for run in runs if abs(paired(logs, run, "baseline", "best_val")["mean"])
+            < 2 * paired(logs, run, "baseline", "best_val")["se"]]
+
+
 def summary(suite, results):
     s = SUITES[suite]
     logs = load(results, s["runs"], s["seeds"] + s.get("extra_seeds", []),
@@ -182,17 +188,18 @@ if __name__ == "__main__":
             sys.exit(f"error: could not prepare data/{suite['dataset']}; see the message above")
     max_iters = args.max_iters or suite.get("max_iters")
     core = suite["runs"][:suite.get("core", 0)]
-    jobs = [(run, seed) for seed in suite["seeds"] for run in core]  # seed by seed: a partial study covers every run
-    jobs += [(run, seed) for seed in suite["seeds"] for run in suite["runs"] if run not in core]
-    print(f"{args.suite} study: {len(jobs)} runs into {os.path.relpath(results)}/; finished ones are kept "
+    groups = [core, [run for run in suite["runs"] if run not in core]]  # the core first: its verdicts come first
+    print(f"{args.suite} study: {len(suite['runs']) * len(suite['seeds'])} runs into {os.path.relpath(results)}/, and "
+          f"seeds {suite.get('extra_seeds', [])} where needed; finished ones are kept "
           f"(use --results=FOLDER to train them all again)", flush=True)
-    failed = run_all(args.suite, results, jobs, max_iters, args.jobs)
-    if suite.get("extra_seeds") and not failed:  # more seeds where three cannot tell the run from the baseline
-        logs = load(results, suite["runs"], suite["seeds"])
-        close = [run for run in suite["runs"][1:] if abs(paired(logs, run, "baseline", "best_val")["mean"])
-                 < 2 * paired(logs, run, "baseline", "best_val")["se"]]
-        print(f"within two standard errors of the baseline after {len(suite['seeds'])} seeds: {', '.join(close) or 'none'}")
-        extra = [(run, seed) for seed in suite["extra_seeds"] for run in (["baseline"] + close if close else [])]
-        failed += run_all(args.suite, results, extra, max_iters, args.jobs)
+    failed = 0
+    for group in filter(None, groups):
+        jobs = [(run, seed) for seed in suite["seeds"] for run in group]  # seed by seed: a partial study covers every run
+        failed += run_all(args.suite, results, jobs, max_iters, args.jobs)
+        if suite.get("extra_seeds") and not failed:  # more seeds where three cannot tell a run from the baseline
+            close = close_runs(load(results, suite["runs"], suite["seeds"]), [r for r in group if r != "baseline"])
+            print(f"within two standard errors of the baseline after {len(suite['seeds'])} seeds: {', '.join(close) or 'none'}")
+            extra = [(run, seed) for seed in suite["extra_seeds"] for run in (["baseline"] + close if close else [])]
+            failed += run_all(args.suite, results, extra, max_iters, args.jobs)
     print(f"study done{f', {failed} run(s) FAILED' if failed else ''}; the table: python study.py --suite={args.suite} --summary")
     sys.exit(1 if failed else 0)

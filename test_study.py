@@ -70,6 +70,14 @@ def test_paired_difference_uses_the_seeds_both_runs_have_with_a_t_interval():
     assert np.allclose(p["ci"], (d.mean() - 4.303 * se, d.mean() + 4.303 * se))
 
 
+def test_close_runs_are_those_within_two_standard_errors_of_the_baseline():
+    """Differences -0.1, -0.2, -0.05 (mean -0.117, se 0.044) are clear of zero; -0.1, +0.1, -0.05 are not."""
+    logs = {"baseline": {0: log(4.0), 1: log(4.2), 2: log(4.1)},
+            "clear": {0: log(3.9), 1: log(4.0), 2: log(4.05)},
+            "close": {0: log(3.9), 1: log(4.3), 2: log(4.05)}}
+    assert study.close_runs(logs, ["clear", "close"]) == ["close"]
+
+
 def test_gpt2_long_suite_extends_runs_of_the_gpt2_suite():
     """The long runs are the gpt2 suite's configs trained past their own max_iters, so their first steps are those
     runs again (same data order per seed, learning rate still almost constant at the end)."""
