@@ -70,12 +70,16 @@ def test_paired_difference_uses_the_seeds_both_runs_have_with_a_t_interval():
     assert np.allclose(p["ci"], (d.mean() - 4.303 * se, d.mean() + 4.303 * se))
 
 
-def test_close_runs_are_those_within_two_standard_errors_of_the_baseline():
-    """Differences -0.1, -0.2, -0.05 (mean -0.117, se 0.044) are clear of zero; -0.1, +0.1, -0.05 are not."""
+def test_close_runs_are_those_whose_interval_holds_zero_which_covers_two_standard_errors():
+    """Differences to the baseline -0.1, -0.12, -0.11 (se 0.006) are clear of zero, and so are +0.5, +0.4, +0.45;
+    -0.1, -0.02, -0.06 is 2.6 se from zero but its interval (+-4.3 se) holds zero; -0.1, +0.1, -0.05 is within two
+    standard errors."""
     logs = {"baseline": {0: log(4.0), 1: log(4.2), 2: log(4.1)},
-            "clear": {0: log(3.9), 1: log(4.0), 2: log(4.05)},
-            "close": {0: log(3.9), 1: log(4.3), 2: log(4.05)}}
-    assert study.close_runs(logs, ["clear", "close"]) == ["close"]
+            "tight": {0: log(3.9), 1: log(4.08), 2: log(3.99)},
+            "outside_2se": {0: log(3.9), 1: log(4.18), 2: log(4.04)},
+            "within_2se": {0: log(3.9), 1: log(4.3), 2: log(4.05)},
+            "worse": {0: log(4.5), 1: log(4.6), 2: log(4.55)}}
+    assert study.close_runs(logs, list(logs)[1:]) == ["outside_2se", "within_2se"]
 
 
 def test_gpt2_long_suite_extends_runs_of_the_gpt2_suite():
