@@ -39,8 +39,9 @@ SUITES = {
                        "encdec_mse_pos_sub_fixed_ln", "smaller_baseline", "dropout_baseline", "encdec_pos_sub",
                        "encdec_mse", "encdec_dropout", "baseline_pos_sub", "parallel", "encdec_cosine"]),
     # the same configs run 2.5 times longer (3,000 steps, ~25 passes), to see where val loss turns and whether the
-    # encoder-decoder holds off overfitting; same batches and schedule as the gpt2 suite's runs, equal to float rounding
-    "gpt2_long": dict(results="results/gpt2_long", config="cpu_gpt2_", seeds=[0, 1, 2], max_iters=3000,
+    # encoder-decoder holds off overfitting; same batches and schedule as the gpt2 suite's runs, equal to float rounding;
+    # seeds 3 and 4 by the same rule as the gpt2 suite
+    "gpt2_long": dict(results="results/gpt2_long", config="cpu_gpt2_", seeds=[0, 1, 2], extra_seeds=[3, 4], max_iters=3000,
                       dataset="wikitext2_valid_gpt2c", prepare=["--tokenizer=gpt2", "--compact_vocab"], core=3,
                       runs=["baseline", "encdec_none", "encdec_mse_pos_sub_coeff1"]),
 }
