@@ -39,9 +39,10 @@ SUITES = {
                        "encdec_mse_pos_sub_fixed_ln", "smaller_baseline", "dropout_baseline", "encdec_pos_sub",
                        "encdec_mse", "encdec_dropout", "baseline_pos_sub", "parallel", "encdec_cosine"]),
     # the same configs run 2.5 times longer (3,000 steps, ~25 passes), to see where val loss turns and whether the
-    # encoder-decoder holds off overfitting; same batches and schedule as the gpt2 suite's runs, equal to float rounding;
-    # seeds 3 and 4 by the same rule as the gpt2 suite
-    "gpt2_long": dict(results="results/gpt2_long", config="cpu_gpt2_", seeds=[0, 1, 2], extra_seeds=[3, 4], max_iters=3000,
+    # encoder-decoder holds off overfitting; same batches and schedule as the gpt2 suite's runs, equal to float
+    # rounding; seeds 3 and 4 by the same rule as the gpt2 suite
+    "gpt2_long": dict(results="results/gpt2_long", config="cpu_gpt2_", seeds=[0, 1, 2], extra_seeds=[3, 4],
+                      max_iters=3000,
                       dataset="wikitext2_valid_gpt2c", prepare=["--tokenizer=gpt2", "--compact_vocab"], core=3,
                       runs=["baseline", "encdec_none", "encdec_mse_pos_sub_coeff1"]),
 }
@@ -141,8 +142,8 @@ def paired(logs, run, reference, key):
 def close_runs(logs, runs):
     """The runs that three seeds cannot tell from the baseline: the 95% t interval of the paired best-val difference
     holds zero. With 3 seeds that interval is +-4.3 standard errors, so it takes in every run within two."""
-    return [run for run in runs if not paired(logs, run, "baseline", "best_val")["ci"][0] > 0
-            and not paired(logs, run, "baseline", "best_val")["ci"][1] < 0]
+    intervals = {run: paired(logs, run, "baseline", "best_val")["ci"] for run in runs}
+    return [run for run, (low, high) in intervals.items() if not (low > 0 or high < 0)]
 
 
 def summary(suite, results):
@@ -196,7 +197,8 @@ if __name__ == "__main__":
           f"(use --results=FOLDER to train them all again)", flush=True)
     failed = 0
     for group in filter(None, groups):
-        jobs = [(run, seed) for seed in suite["seeds"] for run in group]  # seed by seed: a partial study covers every run
+        # seed by seed: a partial study covers every run
+        jobs = [(run, seed) for seed in suite["seeds"] for run in group]
         failed += run_all(args.suite, results, jobs, max_iters, args.jobs)
         if suite.get("extra_seeds") and not failed:  # more seeds where three cannot tell a run from the baseline
             close = close_runs(load(results, suite["runs"], suite["seeds"]), [r for r in group if r != "baseline"])
