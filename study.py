@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -40,9 +41,10 @@ SUITES = {
                        "encdec_mse", "encdec_dropout", "baseline_pos_sub", "parallel", "encdec_cosine"]),
     # the same configs run 2.5 times longer (3,000 steps, ~25 passes), to see where val loss turns and whether the
     # encoder-decoder holds off overfitting; same batches and schedule as the gpt2 suite's runs, equal to float
-    # rounding; seeds 3 and 4 by the same rule as the gpt2 suite
+    # rounding; seeds 3 and 4 by the same rule as the gpt2 suite. A run starts from the gpt2 suite's finished
+    # checkpoint of the same config and seed where there is one (extends): the same run, 1,200 steps cheaper
     "gpt2_long": dict(results="results/gpt2_long", config="cpu_gpt2_", seeds=[0, 1, 2], extra_seeds=[3, 4],
-                      max_iters=3000,
+                      max_iters=3000, extends="gpt2",
                       dataset="wikitext2_valid_gpt2c", prepare=["--tokenizer=gpt2", "--compact_vocab"], core=3,
                       runs=["baseline", "encdec_none", "encdec_mse_pos_sub_coeff1"]),
 }
@@ -66,12 +68,33 @@ def run_dir(results, run, seed):
     return os.path.join(results, f"{run}_seed{seed}")
 
 
+def start_from_shorter_run(suite, run, seed, out_dir):
+    """Copy the finished run of the suite this one extends (same config and seed) into out_dir, to be resumed from:
+    batches and learning rate depend only on (seed, step), so it is the same run without the cost of its first steps.
+    Returns the step it starts at, or None where there is no such run."""
+    shorter = SUITES[suite].get("extends")
+    if not shorter:
+        return None
+    src = run_dir(os.path.join(ROOT, SUITES[shorter]["results"]), run, seed)
+    log = read_log(os.path.join(src, "log.jsonl"))
+    if not (log and log[-1]["iter"] >= (SUITES[shorter]["max_iters"] or config_value(shorter, run, "max_iters"))
+            and os.path.exists(os.path.join(src, "ckpt.pt"))):
+        return None
+    os.makedirs(out_dir, exist_ok=True)
+    for name in ("log.jsonl", "ckpt.pt"):  # the checkpoint last: a copy cut short leaves none, and is made again
+        shutil.copyfile(os.path.join(src, name), os.path.join(out_dir, name + ".tmp"))
+        os.replace(os.path.join(out_dir, name + ".tmp"), os.path.join(out_dir, name))
+    return log[-1]["iter"]
+
+
 def train(suite, results, run, seed, max_iters):
     out_dir = run_dir(results, run, seed)
     log = read_log(os.path.join(out_dir, "log.jsonl"))
     if log and log[-1]["iter"] >= max_iters:
         return "done before", log[-1]
     resume = os.path.exists(os.path.join(out_dir, "ckpt.pt"))
+    started_at = None if resume else start_from_shorter_run(suite, run, seed, out_dir)
+    resume = resume or started_at is not None
     cmd = [sys.executable, "train.py", f"config/{SUITES[suite]['config']}{run}.py", f"--seed={seed}",
            f"--out_dir={os.path.relpath(out_dir, ROOT)}", f"--max_iters={max_iters}"]
     if suite == "byte":  # a shorter study keeps the configs' schedule shape: the cosine reaches min_lr at the last step
@@ -82,7 +105,8 @@ def train(suite, results, run, seed, max_iters):
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if result.returncode:
         return f"FAILED ({' '.join(cmd[1:])}):\n{(result.stdout + result.stderr)[-2000:]}", None
-    return f"{time.time() - t0:.0f}s" + (" (resumed)" if resume else ""), read_log(os.path.join(out_dir, "log.jsonl"))[-1]
+    note = f" (from the {SUITES[suite].get('extends')} suite's step {started_at})" if started_at is not None else " (resumed)"
+    return f"{time.time() - t0:.0f}s" + (note if resume else ""), read_log(os.path.join(out_dir, "log.jsonl"))[-1]
 
 
 def run_all(suite, results, jobs, max_iters, n_jobs):

@@ -92,3 +92,25 @@ def test_gpt2_long_suite_extends_runs_of_the_gpt2_suite():
         namespace, _ = model_of("gpt2_long", run)
         assert long["max_iters"] >= 2 * namespace["max_iters"]
         assert namespace["lr_decay_iters"] > 10 * long["max_iters"]
+
+
+def test_a_long_run_starts_from_the_finished_short_run_of_its_config_and_seed_only(tmp_path, monkeypatch):
+    """A finished short run (log at its max_iters, checkpoint present) is copied to be resumed; an unfinished one,
+    another seed, or a suite that extends nothing starts from scratch."""
+    monkeypatch.setitem(study.SUITES, "short", dict(results=str(tmp_path / "short"), max_iters=20))
+    monkeypatch.setitem(study.SUITES, "long", dict(results=str(tmp_path / "long"), max_iters=50, extends="short"))
+    for seed, last in [(0, 20), (1, 10)]:
+        src = tmp_path / "short" / f"baseline_seed{seed}"
+        src.mkdir(parents=True)
+        (src / "log.jsonl").write_text("".join(f'{{"iter": {i}, "val_loss": 5.0, "train_loss": 4.0}}\n'
+                                               for i in range(0, last + 1, 10)))
+        (src / "ckpt.pt").write_bytes(b"weights at step %d" % last)
+    out = tmp_path / "long" / "baseline_seed0"
+    assert study.start_from_shorter_run("long", "baseline", 0, str(out)) == 20
+    assert (out / "ckpt.pt").read_bytes() == b"weights at step 20"
+    assert study.read_log(str(out / "log.jsonl"))[-1]["iter"] == 20
+    assert sorted(p.name for p in out.iterdir()) == ["ckpt.pt", "log.jsonl"]  # no temporary file left
+    assert study.start_from_shorter_run("long", "baseline", 1, str(tmp_path / "long" / "baseline_seed1")) is None
+    assert study.start_from_shorter_run("long", "baseline", 2, str(tmp_path / "long" / "baseline_seed2")) is None
+    assert study.start_from_shorter_run("short", "baseline", 0, str(tmp_path / "other")) is None
+    assert not (tmp_path / "long" / "baseline_seed1").exists() and not (tmp_path / "other").exists()
