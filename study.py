@@ -3,7 +3,7 @@ The comparisons of the write-up "Auto-regressive Encoder-Decoder Transformer", r
 random seeds, through train.py: two suites, each resumable (run the same command again after an interruption).
 
     python study.py --suite=gpt2     # GPT-2 tokens, many passes, overfitting: the write-up's regime (~4 h on 2 cores)
-    python study.py --suite=gpt2_long  # three of its runs to 3,000 steps: where val loss turns (~2 h)
+    python study.py --suite=gpt2_long  # three of its runs to 3,000 steps: where val loss turns (~3 h)
     python study.py --suite=byte     # byte tokens, under one pass: early learning speed (~45 min)
     python study.py --suite=gpt2 --summary           # the table of results so far, with paired differences
     python study.py --suite=gpt2 --results=my_rerun  # train everything again into another folder
