@@ -64,6 +64,11 @@ def config_value(suite, run, key):
     return namespace[key]
 
 
+def suite_iters(suite, run):
+    """The steps of one run of a suite: the suite's max_iters, or the run's config's where the suite sets none."""
+    return SUITES[suite]["max_iters"] or config_value(suite, run, "max_iters")
+
+
 def run_dir(results, run, seed):
     return os.path.join(results, f"{run}_seed{seed}")
 
@@ -77,8 +82,7 @@ def start_from_shorter_run(suite, run, seed, out_dir):
         return None
     src = run_dir(os.path.join(ROOT, SUITES[shorter]["results"]), run, seed)
     log = read_log(os.path.join(src, "log.jsonl"))
-    if not (log and log[-1]["iter"] >= (SUITES[shorter]["max_iters"] or config_value(shorter, run, "max_iters"))
-            and os.path.exists(os.path.join(src, "ckpt.pt"))):
+    if not (log and log[-1]["iter"] >= suite_iters(shorter, run) and os.path.exists(os.path.join(src, "ckpt.pt"))):
         return None
     os.makedirs(out_dir, exist_ok=True)
     for name in ("log.jsonl", "ckpt.pt"):  # the checkpoint last: a copy cut short leaves none, and is made again
@@ -92,9 +96,9 @@ def train(suite, results, run, seed, max_iters):
     log = read_log(os.path.join(out_dir, "log.jsonl"))
     if log and log[-1]["iter"] >= max_iters:
         return "done before", log[-1]
-    resume = os.path.exists(os.path.join(out_dir, "ckpt.pt"))
-    started_at = None if resume else start_from_shorter_run(suite, run, seed, out_dir)
-    resume = resume or started_at is not None
+    ckpt = os.path.join(out_dir, "ckpt.pt")
+    started_at = None if os.path.exists(ckpt) else start_from_shorter_run(suite, run, seed, out_dir)
+    resume = os.path.exists(ckpt)
     cmd = [sys.executable, "train.py", f"config/{SUITES[suite]['config']}{run}.py", f"--seed={seed}",
            f"--out_dir={os.path.relpath(out_dir, ROOT)}", f"--max_iters={max_iters}"]
     if suite == "byte":  # a shorter study keeps the configs' schedule shape: the cosine reaches min_lr at the last step
@@ -105,14 +109,15 @@ def train(suite, results, run, seed, max_iters):
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if result.returncode:
         return f"FAILED ({' '.join(cmd[1:])}):\n{(result.stdout + result.stderr)[-2000:]}", None
-    note = f" (from the {SUITES[suite].get('extends')} suite's step {started_at})" if started_at is not None else " (resumed)"
-    return f"{time.time() - t0:.0f}s" + (note if resume else ""), read_log(os.path.join(out_dir, "log.jsonl"))[-1]
+    note = (f" (from the {SUITES[suite]['extends']} suite's step {started_at})" if started_at is not None
+            else " (resumed)" if resume else "")
+    return f"{time.time() - t0:.0f}s{note}", read_log(os.path.join(out_dir, "log.jsonl"))[-1]
 
 
 def run_all(suite, results, jobs, max_iters, n_jobs):
     start, failed = time.time(), 0
     with ThreadPoolExecutor(n_jobs) as pool:
-        futures = [pool.submit(train, suite, results, run, seed, max_iters or config_value(suite, run, "max_iters"))
+        futures = [pool.submit(train, suite, results, run, seed, max_iters or suite_iters(suite, run))
                    for run, seed in jobs]
         for i, ((run, seed), future) in enumerate(zip(jobs, futures), 1):
             status, last = future.result()
@@ -172,8 +177,7 @@ def close_runs(logs, runs):
 
 def summary(suite, results):
     s = SUITES[suite]
-    logs = load(results, s["runs"], s["seeds"] + s.get("extra_seeds", []),
-                lambda run: config_value(suite, run, "max_iters") if suite == "gpt2" else s["max_iters"])
+    logs = load(results, s["runs"], s["seeds"] + s.get("extra_seeds", []), lambda run: suite_iters(suite, run))
     diffs = ("best_val", "late_val", "final_val")
     print("| run | seeds | best val | at step | late val | final val | final train | val - train | "
           + " | ".join(f"{key.replace('_', ' ')} - baseline (95% CI)" for key in diffs) + " |")
