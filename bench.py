@@ -21,7 +21,8 @@ import time
 
 import torch
 
-from model import ModelConfig, build_model
+from configurator import read_config
+from model import ModelConfig, build_model, logits_needed
 
 CONFIGS = {  # name -> config files; the model flags are read from them, as train.py does
     "paper": ["config/paper_baseline.py", "config/paper_encdec_mse_pos_sub.py", "config/paper_parallel.py"],
@@ -30,27 +31,38 @@ CONFIGS = {  # name -> config files; the model flags are read from them, as trai
 
 
 def model_config(path):
-    scope = {}
-    exec(open(path).read(), scope)
-    return ModelConfig(**{k: scope[k] for k in ModelConfig.flags() if k in scope})
+    settings = read_config(path)
+    return ModelConfig(**{k: settings[k] for k in ModelConfig.flags() if k in settings})
 
 
 def sync(device):
-    if device == "cuda":
+    if str(device).startswith("cuda"):
         torch.cuda.synchronize()
 
 
-def matmul_peak(device, dtype, n, repeats):
-    """FLOP/s of an n x n x n matmul in the run's dtype: the peak that MFU is measured against."""
+def matmul_peak(device, dtype, n, repeats, warmup=2, pick=statistics.median):
+    """FLOP/s of an n x n x n matmul in dtype: the peak that MFU is measured against (here the median of the timed
+    repeats; train.py takes the fastest of 10 with no warm-up, since a CPU has no datasheet peak)."""
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     times = []
-    for _ in range(repeats + 2):
+    for _ in range(repeats + warmup):
         sync(device)
         t0 = time.perf_counter()
         a @ b
         sync(device)
         times.append(time.perf_counter() - t0)
-    return 2 * n ** 3 / statistics.median(times[2:])
+    return 2 * n ** 3 / pick(times[warmup:])
+
+
+def duration(seconds):
+    """e.g. 350 ms, 45 s, 12 min, 3.2 h, 2.5 days"""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h" if seconds < 48 * 3600 else f"{seconds / 86400:.1f} days"
 
 
 class Trainer:
@@ -61,16 +73,18 @@ class Trainer:
         self.model = build_model(config).to(device).train()
         self.optimizer = self.model.configure_optimizer(0.1, 1e-4, (0.9, 0.95), device)
         self.forward = torch.compile(self.model) if compile else self.model
-        self.x, self.y = (torch.randint(0, config.vocab_size, (batch_size, config.context_size), device=device) for _ in range(2))
-        self.ctx = torch.autocast(device, dtype=dtype) if device == "cuda" and dtype != torch.float32 else contextlib.nullcontext()
+        self.x, self.y = (torch.randint(0, config.vocab_size, (batch_size, config.context_size), device=device)
+                          for _ in range(2))
+        autocast = device == "cuda" and dtype != torch.float32
+        self.ctx = torch.autocast(device, dtype=dtype) if autocast else contextlib.nullcontext()
         self.device = device
-        self.return_logits = device == "cuda" or config.vocab_size < 8192  # as train.py: the fused loss where it pays
+        self.return_logits = logits_needed(config, device)  # as train.py: the fused loss where it pays
 
     def step(self):
         sync(self.device)
         t0 = time.perf_counter()
         with self.ctx:
-            _, loss = self.forward(self.x, self.y, return_logits=self.return_logits)
+            _, loss, _ = self.forward(self.x, self.y, return_logits=self.return_logits)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
@@ -93,7 +107,8 @@ def sampling_time(model, new_tokens, use_cache, device, batch_size=1):
 def peak_memory(path, batch_size, args):
     """Peak memory of one training step, in MiB: CUDA's allocator peak, or on CPU the peak resident size of
     a fresh process running the step, less that of the process before the model was built."""
-    cmd = [sys.executable, __file__, "--memory_of", path, f"--batch_size={batch_size}", f"--device={args.device}", f"--dtype={args.dtype}"]
+    cmd = [sys.executable, __file__, "--memory_of", path, f"--batch_size={batch_size}", f"--device={args.device}",
+           f"--dtype={args.dtype}"]
     return float(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split()[-1])
 
 
@@ -118,15 +133,17 @@ def hf_gpt2(model):
     """Hugging Face's GPT2LMHeadModel of the baseline's shape, holding its weights (zero biases where it has none)."""
     from transformers import GPT2Config, GPT2LMHeadModel
     c = model.config
-    hf = GPT2LMHeadModel(GPT2Config(vocab_size=c.vocab_size, n_positions=c.context_size, n_embd=c.n_embed, n_layer=c.n_layer,
-                                    n_head=c.n_head, activation_function="gelu", resid_pdrop=0, embd_pdrop=0, attn_pdrop=0,
+    hf = GPT2LMHeadModel(GPT2Config(vocab_size=c.vocab_size, n_positions=c.context_size, n_embd=c.n_embed,
+                                    n_layer=c.n_layer, n_head=c.n_head, activation_function="gelu",
+                                    resid_pdrop=0, embd_pdrop=0, attn_pdrop=0,
                                     bos_token_id=None, eos_token_id=None))
     hf.config._attn_implementation = "sdpa"
     hf.generation_config.eos_token_id = None  # never stop early: the same number of tokens as ours
     ours = {"transformer.wte": model.wte, "transformer.wpe": model.wpe, "transformer.ln_f": model.ln_f}
     for i, b in enumerate(model.blocks):  # GPT-2's Conv1D stores (in, out): our Linear weights transposed
         ours.update({f"transformer.h.{i}.ln_1": b.ln_1, f"transformer.h.{i}.ln_2": b.ln_2,
-                     f"transformer.h.{i}.attn.c_attn": b.attn.qkv_proj, f"transformer.h.{i}.attn.c_proj": b.attn.out_proj,
+                     f"transformer.h.{i}.attn.c_attn": b.attn.qkv_proj,
+                     f"transformer.h.{i}.attn.c_proj": b.attn.out_proj,
                      f"transformer.h.{i}.mlp.c_fc": b.mlp.fc, f"transformer.h.{i}.mlp.c_proj": b.mlp.out_proj})
     with torch.no_grad():
         for name, module in hf.named_modules():
@@ -154,7 +171,8 @@ def decode_race(args):
     models, paths = {}, CONFIGS[args.configs.split(",")[0]]
     context = model_config(paths[0]).context_size
     if args.decode_prompt >= context:
-        sys.exit(f"error: --decode_prompt={args.decode_prompt} leaves no room in the context of {context}; use a shorter prompt")
+        sys.exit(f"error: --decode_prompt={args.decode_prompt} leaves no room in the context of {context}; "
+                 f"use a shorter prompt")
     new_tokens = min(args.decode_tokens, context - args.decode_prompt)  # Hugging Face's GPT-2 stops at its context
     for path in paths:
         torch.manual_seed(0)
@@ -170,12 +188,14 @@ def decode_race(args):
     weight_bytes = {k: sum(p.numel() * p.element_size() for p in m.parameters()) for k, (m, _) in models.items()}
     bandwidth = memory_bandwidth(max(weight_bytes.values()))
     print(f"decode: greedy, fp32, threads {torch.get_num_threads()}, prompt {args.decode_prompt} tokens, "
-          f"{new_tokens} new, median of {args.decode_repeats} interleaved runs; memory bandwidth {bandwidth / 1e9:.1f} GB/s "
+          f"{new_tokens} new, median of {args.decode_repeats} interleaved runs; "
+          f"memory bandwidth {bandwidth / 1e9:.1f} GB/s "
           f"(best sum of a weights-sized tensor); bound = bandwidth / weight bytes per decoding step")
     print(f"{'model':20} {'batch':>5} {'MB':>6} {'tok/s':>8} {'vs HF':>6} {'of bound':>8}  tokens")
     rows = []
     for batch in (1, 8):
-        prompt = torch.randint(0, base.config.vocab_size, (batch, args.decode_prompt), generator=torch.Generator().manual_seed(batch))
+        prompt = torch.randint(0, base.config.vocab_size, (batch, args.decode_prompt),
+                               generator=torch.Generator().manual_seed(batch))
         times, outs = {k: [] for k in models}, {}
         with torch.inference_mode():
             for k, (_, run) in models.items():  # warm-up
@@ -185,18 +205,21 @@ def decode_race(args):
                     t0 = time.perf_counter()
                     outs[k] = run(prompt)
                     times[k].append(time.perf_counter() - t0)
-        hf_speed = batch * new_tokens / statistics.median(times["HF GPT2LMHeadModel"]) if "HF GPT2LMHeadModel" in times else None
+        hf_times = times.get("HF GPT2LMHeadModel")
+        hf_speed = batch * new_tokens / statistics.median(hf_times) if hf_times else None
         for k in models:
             speed = batch * new_tokens / statistics.median(times[k])
             agree = None
             if hf_speed and k in ("ours baseline", "HF GPT2LMHeadModel"):
                 agree = torch.equal(outs["ours baseline"], outs["HF GPT2LMHeadModel"])
             row = dict(model=k, batch=batch, weight_bytes=weight_bytes[k], tokens_per_s=speed,
-                       vs_hf=speed / hf_speed if hf_speed else None, of_bound=weight_bytes[k] * speed / batch / bandwidth,
+                       vs_hf=speed / hf_speed if hf_speed else None,
+                       of_bound=weight_bytes[k] * speed / batch / bandwidth,
                        tokens_agree_with_hf=agree)
             rows.append(row)
             vs_hf = f"{row['vs_hf']:.2f}x" if hf_speed else "-"
-            print(f"{k:20} {batch:>5} {row['weight_bytes'] / 1e6:>6.1f} {speed:>8.1f} {vs_hf:>6} {row['of_bound']:>8.1%}  "
+            print(f"{k:20} {batch:>5} {row['weight_bytes'] / 1e6:>6.1f} {speed:>8.1f} {vs_hf:>6} "
+                  f"{row['of_bound']:>8.1%}  "
                   f"{'' if agree is None else 'same as HF' if agree else 'DIFFER from HF'}", flush=True)
     return dict(memory_bandwidth=bandwidth, rows=rows)
 
@@ -208,10 +231,12 @@ def write_json(args, **figures):
 
 
 def table_line(r, sample_lengths):
-    line = f"{r['configs']:7} {r['variant']:9} {r['params']:>11,} {r['train_tokens_per_s']:>11,.0f} {r['mfu']:>6.1%} {r['peak_mem_mib']:>9,.0f}"
+    line = (f"{r['configs']:7} {r['variant']:9} {r['params']:>11,} {r['train_tokens_per_s']:>11,.0f} "
+            f"{r['mfu']:>6.1%} {r['peak_mem_mib']:>9,.0f}")
     for n in sample_lengths:
         cache, nocache = r[f"sample{n}_cache"], r[f"sample{n}_nocache"]
-        line += f" {cache:>15,.1f} {nocache:>9,.1f} {cache / nocache:>7.1f}x {'yes' if r[f'sample{n}_identical'] else 'NO':>5}"
+        same = "yes" if r[f"sample{n}_identical"] else "NO"
+        line += f" {cache:>15,.1f} {nocache:>9,.1f} {cache / nocache:>7.1f}x {same:>5}"
     return line
 
 
@@ -222,7 +247,8 @@ def main():
     parser.add_argument("--compile", action="store_true", help="torch.compile the training step")
     parser.add_argument("--quick", action="store_true", help="fewer repeats, no 1000-token sampling")
     parser.add_argument("--configs", default="paper,cpu", help="comma-separated: paper, cpu")
-    parser.add_argument("--repeats", type=int, default=None, help="timed training steps per variant (default 15; quick 5)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="timed training steps per variant (default 15; quick 5)")
     parser.add_argument("--batch_size", type=int, default=8, help="training batch size")
     parser.add_argument("--sample_batch_size", type=int, default=1, help="sequences generated at once")
     parser.add_argument("--json", default=None, help="also write the rows to this file")
@@ -276,15 +302,19 @@ def main():
             c = t.model.config
             tokens_per_s = args.batch_size * c.context_size / statistics.median(ts)
             row = dict(configs=name, variant=c.variant, file=path, params=t.model.num_params(),
-                       train_tokens_per_s=tokens_per_s, mfu=t.model.flops_per_token(c.context_size) * tokens_per_s / peak,
+                       train_tokens_per_s=tokens_per_s,
+                       mfu=t.model.flops_per_token(c.context_size) * tokens_per_s / peak,
                        peak_mem_mib=peak_memory(path, args.batch_size, args))
             for n in sample_lengths:
                 for use_cache in (True, False):
                     repeats_n = 1 if args.quick or n > 200 else 3  # 1000 tokens without a cache take minutes
-                    runs = [sampling_time(t.model, n, use_cache, device, args.sample_batch_size) for _ in range(repeats_n)]
-                    row[f"sample{n}_{'cache' if use_cache else 'nocache'}"] = args.sample_batch_size * n / statistics.median(r[0] for r in runs)
+                    runs = [sampling_time(t.model, n, use_cache, device, args.sample_batch_size)
+                            for _ in range(repeats_n)]
+                    seconds = statistics.median(r[0] for r in runs)
+                    row[f"sample{n}_{'cache' if use_cache else 'nocache'}"] = args.sample_batch_size * n / seconds
                     row[f"sample{n}_out_{use_cache}"] = runs[0][1]
-                row[f"sample{n}_identical"] = torch.equal(row.pop(f"sample{n}_out_True"), row.pop(f"sample{n}_out_False"))
+                row[f"sample{n}_identical"] = torch.equal(row.pop(f"sample{n}_out_True"),
+                                                          row.pop(f"sample{n}_out_False"))
             rows.append(row)
             print(table_line(row, sample_lengths), flush=True)
         del trainers

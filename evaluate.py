@@ -24,6 +24,9 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from configurator import fail
+from data import get_tokenizer, gpt2_encoding, load_checkpoint, read_meta, split_wikitext
+
 
 def window_starts(n_tokens, block):
     """Start of each window over n_tokens tokens: every token but the first is a target exactly once."""
@@ -53,11 +56,32 @@ def token_losses(model, tokens, block, batch_size, device, starts=None, autocast
     return np.concatenate(losses)
 
 
+def split_losses(model, data_dir, block, batch_size, device, autocast=None):
+    """{"train_loss", "val_loss"}: the mean loss over every token of val.bin once, and over as many windows of
+    train.bin spread evenly (train.py's evaluation with eval_iters=0)."""
+    val_tokens = np.memmap(os.path.join(data_dir, "val.bin"), dtype=np.uint16, mode="r")
+    train_tokens = np.memmap(os.path.join(data_dir, "train.bin"), dtype=np.uint16, mode="r")
+    n_windows = len(window_starts(len(val_tokens), block))
+    train_starts = np.linspace(0, len(train_tokens) - block - 1, n_windows).astype(int).tolist()
+    train_losses = token_losses(model, train_tokens, block, batch_size, device, train_starts, autocast)
+    return {"train_loss": float(train_losses.mean()),
+            "val_loss": float(token_losses(model, val_tokens, block, batch_size, device, None, autocast).mean())}
+
+
+def embedding_norms(model):
+    """The embedding loss's LayerNorm gains and biases: gains of zero with equal biases zero the loss whatever E is."""
+    norms = {}
+    for name in ("ln_embed", "ln_encoder_out"):
+        ln = getattr(model, name, None)
+        if ln is not None and ln.weight is not None:
+            norms[f"{name}_gain_norm"], norms[f"{name}_bias_norm"] = ln.weight.norm().item(), ln.bias.norm().item()
+    return norms
+
+
 def token_byte_lengths(meta):
     """UTF-8 bytes of each token id of the dataset's tokenizer; end-of-text counts as one byte."""
     if meta["tokenizer"] == "byte":
         return np.ones(meta["vocab_size"], dtype=np.int64)
-    from prepare_wikipedia import gpt2_encoding
     enc = gpt2_encoding()
     ids = meta.get("compact_vocab") or range(meta["vocab_size"])
     return np.array([1 if i == enc.eot_token else len(enc.decode_single_token_bytes(i)) for i in ids], dtype=np.int64)
@@ -70,17 +94,14 @@ def summarize(losses, targets, byte_lengths):
             "tokens": len(losses), "bytes": n_bytes}
 
 
-def fail(message):
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out_dir", required=True, help="the training run's folder, holding ckpt.pt")
     parser.add_argument("--split", default="val", choices=("train", "val"), help="a split of the run's dataset")
-    parser.add_argument("--input", default=None, help="a text file to evaluate instead, tokenized as prepare_wikipedia.py would")
-    parser.add_argument("--batch_size", type=int, default=16, help="windows per forward pass (the result does not depend on it)")
+    parser.add_argument("--input", default=None,
+                        help="a text file to evaluate instead, tokenized as prepare_wikipedia.py would")
+    parser.add_argument("--batch_size", type=int, default=16,
+                        help="windows per forward pass (the result does not depend on it)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.error = lambda message: fail(f"{message} (see python evaluate.py --help)")
     args = parser.parse_args(argv)
@@ -89,30 +110,13 @@ def main(argv=None):
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         fail(f"--device={args.device} but CUDA is not available here; use --device=cpu")
 
-    from model import ModelConfig, build_model
-    import prepare_wikipedia as pw
-
-    ckpt_path = os.path.join(args.out_dir, "ckpt.pt")
-    if not os.path.exists(ckpt_path):
-        fail(f"no checkpoint at {ckpt_path}; train one with train.py --out_dir={args.out_dir}, or point --out_dir at a run's folder")
-    try:
-        checkpoint = torch.load(ckpt_path, map_location="cpu")
-        model = build_model(ModelConfig(**checkpoint["model_config"]))
-        model.load_state_dict(checkpoint["model"])
-    except Exception as e:
-        fail(f"checkpoint {ckpt_path} is unreadable ({type(e).__name__}); use another run's --out_dir")
-    model.to(args.device)
+    checkpoint, model = load_checkpoint(args.out_dir, args.device)
     dataset = checkpoint["train_config"]["dataset"]
     if dataset == "reversal":
         fail("the reversal task has no text to evaluate; its accuracy is in the run's log.jsonl")
     data_dir = os.path.join("data", dataset)
     meta_path = os.path.join(data_dir, "meta.json")
-    try:
-        with open(meta_path) as f:
-            meta = json.load(f)
-    except (OSError, ValueError) as e:
-        fail(f"{meta_path} is missing or unreadable ({type(e).__name__}), so the run's tokenizer is unknown; "
-             f"prepare dataset '{dataset}' again as for training")
+    meta = read_meta(dataset)
     if meta["vocab_size"] > model.config.vocab_size:
         fail(f"{meta_path} has {meta['vocab_size']} tokens but the model only {model.config.vocab_size}: "
              f"data/{dataset} was prepared again with another tokenizer; prepare it as for training")
@@ -123,8 +127,8 @@ def main(argv=None):
                 text = f.read()
         except (OSError, UnicodeDecodeError) as e:
             fail(f"cannot read {args.input} as UTF-8 text ({type(e).__name__}); give a .txt file")
-        encode, _, _, eot = pw.get_tokenizer(meta["tokenizer"], meta.get("compact_vocab"))
-        articles = pw.split_wikitext(text, os.path.basename(args.input))  # as prepare_wikipedia.py cuts text
+        encode, _, _, eot = get_tokenizer(meta["tokenizer"], meta.get("compact_vocab"))
+        articles = split_wikitext(text, os.path.basename(args.input))  # as prepare_wikipedia.py cuts text
         tokens = np.array([t for a in articles for t in encode(a["text"]) + [eot]], dtype=np.int64)
         source = args.input
     else:
@@ -140,7 +144,8 @@ def main(argv=None):
         if time.time() - shown[0] > 5 or done == total:  # a line every few seconds on long texts
             shown[0] = time.time()
             eta = (time.time() - t0) / done * (total - done)
-            print(f"\r{done}/{total} windows, {eta:.0f}s left", end="" if done < total else "\n", file=sys.stderr, flush=True)
+            print(f"\r{done}/{total} windows, {eta:.0f}s left", end="" if done < total else "\n",
+                  file=sys.stderr, flush=True)
 
     losses = token_losses(model, tokens, block, args.batch_size, args.device, progress=progress)
     result = {"out_dir": args.out_dir, "source": source, **summarize(losses, tokens[1:], token_byte_lengths(meta)),

@@ -6,7 +6,8 @@ Encoder-Decoder Transformer". Three variants, chosen by `ModelConfig.variant`:
   baseline  decoder-only GPT (nanoGPT-style)
   encdec    causal encoder stack, then a decoder stack that cross-attends to the encoder output (the write-up)
   parallel  encoder and decoder blocks side by side in every layer (the earlier draft)
-Read top to bottom: config, attention, MLP, blocks, then the model with its three forward passes.
+Read top to bottom: config, attention, MLP, blocks, then the model with its three forward passes in hidden_states.
+At the end, off the reading path: a faster loss for CPUs, and the checks of the config's flags.
 """
 
 import math
@@ -17,17 +18,10 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-VARIANTS = ("baseline", "encdec", "parallel")
-EMBEDDING_LOSSES = ("none", "mse", "cosine", "log_cosine")
-EMBEDDING_LNS = ("none", "init", "avg_cum_sum")
-DETACHES = ("none", "embedding", "encoder_out")
-SUB_POS_EMBEDS = ("no", "yes", "yes_ln")
-DECODER_ORDERS = ("self_first", "cross_first")
-
 
 @dataclass
 class ModelConfig:
-    variant: str = "encdec"
+    variant: str = "encdec"  # baseline | encdec | parallel
     vocab_size: int = 50257
     context_size: int = 200
     n_embed: int = 150
@@ -35,84 +29,35 @@ class ModelConfig:
     n_head: int = 5
     dropout: float = 0.0
     bias: bool = False
-    # Flags of the encoder-decoders. None means "the variant's default", filled in by __post_init__:
-    # the write-up's best configuration for encdec / parallel, and "off" for baseline.
-    n_encoder_layer: Optional[int] = None  # default n_layer
-    n_decoder_layer: Optional[int] = None  # default n_layer
-    cross_n_head: Optional[int] = None  # default 2 x n_head
-    embedding_loss: Optional[str] = None  # none | mse | cosine | log_cosine (default mse)
-    embedding_loss_coeff: Optional[float] = None  # default 8
-    embedding_ln: Optional[str] = None  # none | init | avg_cum_sum: where LayerNorm_a goes (default init)
-    encoder_out_ln: Optional[bool] = None  # LayerNorm_b on the encoder output (default True)
-    detach: Optional[str] = None  # none | embedding | encoder_out (default encoder_out)
-    embedding_ln_affine: Optional[bool] = None  # learnable gains / biases in LayerNorm_a and _b (default True)
-    sub_pos_embed: Optional[str] = None  # no | yes | yes_ln (default yes; no for baseline)
-    add_pos_embed_to_decoder: Optional[bool] = None  # default False
-    decoder_order: Optional[str] = None  # self_first | cross_first (default self_first)
+    # The encoder-decoders' flags. None takes the variant's default (the DEFAULTS below); the baseline has none of them.
+    n_encoder_layer: Optional[int] = None
+    n_decoder_layer: Optional[int] = None
+    cross_n_head: Optional[int] = None  # heads of the cross-attention
+    embedding_loss: Optional[str] = None  # none | mse | cosine | log_cosine
+    embedding_loss_coeff: Optional[float] = None  # loss = cross-entropy + coeff x embedding loss
+    embedding_ln: Optional[str] = None  # none | init | avg_cum_sum: where LayerNorm_a goes
+    encoder_out_ln: Optional[bool] = None  # LayerNorm_b on the encoder output
+    detach: Optional[str] = None  # none | embedding | encoder_out: which side the embedding loss does not train
+    embedding_ln_affine: Optional[bool] = None  # learnable gains / biases in LayerNorm_a and _b
+    sub_pos_embed: Optional[str] = None  # no | yes | yes_ln: subtract the next position's embedding before the output
+    add_pos_embed_to_decoder: Optional[bool] = None  # add the next position's embedding to the decoder's input
+    decoder_order: Optional[str] = None  # self_first | cross_first: which attention a decoder block runs first
 
     def __post_init__(self):
-        """The one place where flags are checked and variant defaults filled in."""
-        def fail(flag, allowed):
-            raise ValueError(f"{flag}={getattr(self, flag)!r} is not allowed: {allowed}")
-
-        def choose(flag, choices):
-            if getattr(self, flag) not in choices:
-                fail(flag, f"use one of {', '.join(choices)}")
-
-        for flag, kind in (("vocab_size", int), ("context_size", int), ("n_embed", int), ("n_layer", int), ("n_head", int)):
-            if not isinstance(getattr(self, flag), kind) or getattr(self, flag) < 1:
-                fail(flag, "use a positive integer")
-        if self.n_embed % self.n_head:
-            fail("n_head", f"n_embed={self.n_embed} must be divisible by it")
-        if not 0.0 <= self.dropout < 1.0:
-            fail("dropout", "use a value in [0, 1)")
-        choose("variant", VARIANTS)
-        encdec_flags = ("n_encoder_layer", "n_decoder_layer", "cross_n_head", "add_pos_embed_to_decoder", "decoder_order")
-        loss_flags = ("embedding_loss_coeff", "embedding_ln", "encoder_out_ln", "detach", "embedding_ln_affine")
-        if self.variant == "baseline":
-            for flag in encdec_flags:
-                if getattr(self, flag) is not None:
-                    fail(flag, "it applies only to variant=encdec or variant=parallel")
-            if self.embedding_loss not in (None, "none"):
-                fail("embedding_loss", "the baseline has no encoder; use variant=encdec or parallel")
-            self.embedding_loss = "none"
-            self.sub_pos_embed = "no" if self.sub_pos_embed is None else self.sub_pos_embed
-        else:
-            d = dict(n_encoder_layer=self.n_layer, n_decoder_layer=self.n_layer, cross_n_head=2 * self.n_head,
-                     embedding_loss="mse", sub_pos_embed="yes", add_pos_embed_to_decoder=False, decoder_order="self_first")
-            for flag, value in d.items():
-                if getattr(self, flag) is None:
-                    setattr(self, flag, value)
-        choose("embedding_loss", EMBEDDING_LOSSES)
-        choose("sub_pos_embed", SUB_POS_EMBEDS)
-        if self.embedding_loss == "none":
-            for flag in loss_flags:
-                if getattr(self, flag) is not None:
-                    fail(flag, "it applies only with an embedding loss (embedding_loss=mse, cosine or log_cosine)")
-        else:
-            d = dict(embedding_loss_coeff=8.0, embedding_ln="init", encoder_out_ln=True, detach="encoder_out",
-                     embedding_ln_affine=True)
-            for flag, value in d.items():
-                if getattr(self, flag) is None:
-                    setattr(self, flag, value)
-            choose("embedding_ln", EMBEDDING_LNS)
-            choose("detach", DETACHES)
-            if not self.embedding_loss_coeff > 0:
-                fail("embedding_loss_coeff", "use a positive number")
-        if self.variant != "baseline":
-            choose("decoder_order", DECODER_ORDERS)
-            for flag in ("n_encoder_layer", "n_decoder_layer", "cross_n_head"):
-                if not isinstance(getattr(self, flag), int) or getattr(self, flag) < 1:
-                    fail(flag, "use a positive integer")
-            if self.variant == "parallel" and self.n_decoder_layer > self.n_encoder_layer:
-                fail("n_decoder_layer", "the parallel decoder runs beside the last encoder layers, "
-                                        f"so use at most n_encoder_layer={self.n_encoder_layer}")
-            if self.n_embed % self.cross_n_head:
-                fail("cross_n_head", f"n_embed={self.n_embed} must be divisible by it")
+        check_flags(self)  # fills in the defaults; at the end of this file
 
     @classmethod
     def flags(cls):
         return [f.name for f in fields(cls)]
+
+
+# The defaults of the encoder-decoders' flags: the write-up's best configuration. The baseline has none of them but
+# embedding_loss ("none") and sub_pos_embed ("no" unless asked); the embedding-loss flags need an embedding loss.
+ENCODER_DECODER_DEFAULTS = dict(n_encoder_layer=lambda c: c.n_layer, n_decoder_layer=lambda c: c.n_layer,
+                                cross_n_head=lambda c: 2 * c.n_head, add_pos_embed_to_decoder=False,
+                                decoder_order="self_first", embedding_loss="mse", sub_pos_embed="yes")
+EMBEDDING_LOSS_DEFAULTS = dict(embedding_loss_coeff=8.0, embedding_ln="init", encoder_out_ln=True,
+                               detach="encoder_out", embedding_ln_affine=True)
 
 
 class LayerNorm(nn.Module):
@@ -205,7 +150,7 @@ class Block(nn.Module):
 
 
 class DecoderBlock(nn.Module):
-    """Causal self-attention, causal cross-attention to the encoder output, MLP (decoder_order may swap the first two)."""
+    """Causal self-attention, causal cross-attention to the encoder output, MLP (decoder_order swaps the first two)."""
 
     def __init__(self, config):
         super().__init__()
@@ -227,49 +172,6 @@ class DecoderBlock(nn.Module):
 
         x = self_attend(cross_attend(x)) if self.cross_first else cross_attend(self_attend(x))
         return x + self.mlp(self.ln_2(x))
-
-
-class LinearCrossEntropy(torch.autograd.Function):
-    """Mean cross-entropy of the logits x @ weight.T against targets (-1 = ignored), in chunks of rows, so
-    the (N, vocab) logits never exist at once; the gradients are taken on the way, while the softmax is at hand.
-    Same result as F.cross_entropy(x @ weight.T, targets); on a CPU it saves the memory traffic of full logits."""
-
-    @staticmethod
-    def forward(ctx, x, weight, targets, chunk_size, grad_enabled):
-        valid = targets != -1
-        n = valid.sum().clamp(min=1)
-        loss = torch.zeros((), device=x.device, dtype=torch.float32)
-        C, w = x.size(1), weight.to(x.dtype)
-        if C % 8:  # the matmuls below run ~8% faster on widths that are a multiple of 8; zero columns add nothing
-            x, w = F.pad(x, (0, -C % 8)), F.pad(w, (0, -C % 8))
-        need_grad = grad_enabled and (ctx.needs_input_grad[0] or ctx.needs_input_grad[1])  # not under no_grad
-        if need_grad:
-            grad_x, grad_weight = torch.empty_like(x), torch.zeros_like(w, dtype=torch.float32)
-        buffer = x.new_empty(min(chunk_size, x.size(0)), w.size(0))  # one (chunk, vocab) block, reused
-        for i in range(0, x.size(0), chunk_size):
-            xc, tc, vc = x[i:i + chunk_size], targets[i:i + chunk_size].clamp(min=0), valid[i:i + chunk_size]
-            logits = torch.mm(xc, w.T, out=buffer[:len(xc)]).float()  # (chunk, vocab)
-            target_logits = logits.gather(1, tc[:, None])
-            # log-sum-exp and the softmax in place: no new (chunk, vocab) tensor, exp taken once
-            m = logits.amax(dim=1, keepdim=True)
-            p = logits.sub_(m).exp_()
-            total = p.sum(dim=1, keepdim=True)
-            loss += ((m + total.log() - target_logits)[:, 0] * vc).sum()
-            if need_grad:
-                # d loss / d logits = (softmax - one_hot(target)) / n, on the rows that count
-                grad = p.mul_(vc[:, None] / (n * total))
-                grad[torch.arange(len(tc), device=x.device), tc] -= vc / n
-                grad = grad.to(x.dtype)
-                torch.mm(grad, w, out=grad_x[i:i + chunk_size])
-                grad_weight.addmm_(grad.T.float(), xc.float())
-        if need_grad:
-            ctx.save_for_backward(grad_x[:, :C], grad_weight[:, :C].to(weight.dtype))
-        return loss / n
-
-    @staticmethod
-    def backward(ctx, grad_loss):
-        grad_x, grad_weight = ctx.saved_tensors
-        return grad_x * grad_loss, grad_weight * grad_loss, None, None, None
 
 
 class Transformer(nn.Module):
@@ -300,7 +202,6 @@ class Transformer(nn.Module):
                 self.ln_encoder_out = LayerNorm(c.n_embed, bias=True, affine=c.embedding_ln_affine)
         self.lm_head = nn.Linear(c.n_embed, c.vocab_size, bias=False)
         self.wte.weight = self.lm_head.weight  # weight tying
-        self._loss_terms = (None, None)
 
         # GPT-2 init; residual projections scaled by 1/sqrt(2 x layers)
         for module in self.modules():
@@ -310,14 +211,8 @@ class Transformer(nn.Module):
                 if getattr(module, "bias", None) is not None:
                     nn.init.zeros_(module.bias)
 
-    @property
-    def last_loss_terms(self):
-        """The separate loss terms of the last forward with targets, as floats (read lazily: .item() syncs a GPU)."""
-        ce, embedding = self._loss_terms
-        return {"ce": None if ce is None else ce.item(), "embedding": None if embedding is None else embedding.item()}
-
     def num_params(self):
-        """Parameters without the positional embedding (the write-ups' convention); the tied output layer counts once."""
+        """Parameters without the positional embedding (as the write-ups count); the tied output layer counts once."""
         return sum(p.numel() for p in self.parameters()) - self.wpe.weight.numel()
 
     def next_pos_embed(self, t0, T):
@@ -354,7 +249,7 @@ class Transformer(nn.Module):
             if c.add_pos_embed_to_decoder:
                 x = x + self.next_pos_embed(t0, T)
             encoder_out = E
-            first_paired = len(self.blocks) - len(self.decoder_blocks)  # a shallower decoder runs beside the last layers
+            first_paired = len(self.blocks) - len(self.decoder_blocks)  # a shallower decoder: beside the last layers
             for i, block in enumerate(self.blocks):
                 encoder_out = block(encoder_out, cache)
                 if i >= first_paired:
@@ -371,14 +266,15 @@ class Transformer(nn.Module):
         return x, E, encoder_out
 
     def forward(self, idx, targets=None, cache=None, return_logits=True):
-        """Returns (logits, loss). With targets, loss is the training loss; return_logits=False skips the
-        (B, T, vocab) logits and takes the loss from LinearCrossEntropy instead (the faster path on a CPU).
+        """Returns (logits, loss, terms). With targets: loss is what training minimises (cross-entropy in eval mode),
+        terms its detached parts {"ce", "embedding"} for the logs; return_logits=False skips the (B, T, vocab) logits
+        and takes the loss from LinearCrossEntropy (the faster path on a CPU, see logits_needed).
         Without targets, only the last position's logits: (B, 1, vocab)."""
         c = self.config
         B, T = idx.size()
         x, E, encoder_out = self.hidden_states(idx, cache)
         if targets is None:
-            return self.lm_head(x[:, [-1], :]), None
+            return self.lm_head(x[:, [-1], :]), None, None
         if return_logits:
             logits = self.lm_head(x)  # (B, T, vocab)
             ce = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
@@ -390,9 +286,10 @@ class Transformer(nn.Module):
         if c.embedding_loss != "none":
             embedding_loss = self.embedding_dissimilarity(E, encoder_out).mean()
             if self.training:
+                # loss = cross-entropy + coeff x embedding loss
                 loss = ce + c.embedding_loss_coeff * embedding_loss
-        self._loss_terms = (ce.detach(), None if embedding_loss is None else embedding_loss.detach())
-        return logits, loss
+        terms = {"ce": ce.detach(), "embedding": None if embedding_loss is None else embedding_loss.detach()}
+        return logits, loss, terms
 
     def embedding_dissimilarity(self, E, encoder_out):
         """The write-up's embedding loss before its mean over positions: (B, T)."""
@@ -464,3 +361,119 @@ class Transformer(nn.Module):
 
 def build_model(config):
     return Transformer(config)
+
+
+# -----------------------------------------------------------------------------
+# A faster loss for CPUs, off the reading path: the output layer and cross-entropy in one, without full logits
+
+class LinearCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of the logits x @ weight.T against targets (-1 = ignored), in chunks of rows, so
+    the (N, vocab) logits never exist at once; the gradients are taken on the way, while the softmax is at hand.
+    Same result as F.cross_entropy(x @ weight.T, targets); on a CPU it saves the memory traffic of full logits."""
+
+    @staticmethod
+    def forward(ctx, x, weight, targets, chunk_size, grad_enabled):
+        valid = targets != -1
+        n = valid.sum().clamp(min=1)
+        loss = torch.zeros((), device=x.device, dtype=torch.float32)
+        C, w = x.size(1), weight.to(x.dtype)
+        if C % 8:  # the matmuls below run ~8% faster on widths that are a multiple of 8; zero columns add nothing
+            x, w = F.pad(x, (0, -C % 8)), F.pad(w, (0, -C % 8))
+        need_grad = grad_enabled and (ctx.needs_input_grad[0] or ctx.needs_input_grad[1])  # not under no_grad
+        if need_grad:
+            grad_x, grad_weight = torch.empty_like(x), torch.zeros_like(w, dtype=torch.float32)
+        buffer = x.new_empty(min(chunk_size, x.size(0)), w.size(0))  # one (chunk, vocab) block, reused
+        for i in range(0, x.size(0), chunk_size):
+            xc, tc, vc = x[i:i + chunk_size], targets[i:i + chunk_size].clamp(min=0), valid[i:i + chunk_size]
+            logits = torch.mm(xc, w.T, out=buffer[:len(xc)]).float()  # (chunk, vocab)
+            target_logits = logits.gather(1, tc[:, None])
+            # log-sum-exp and the softmax in place: no new (chunk, vocab) tensor, exp taken once
+            m = logits.amax(dim=1, keepdim=True)
+            p = logits.sub_(m).exp_()
+            total = p.sum(dim=1, keepdim=True)
+            loss += ((m + total.log() - target_logits)[:, 0] * vc).sum()
+            if need_grad:
+                # d loss / d logits = (softmax - one_hot(target)) / n, on the rows that count
+                grad = p.mul_(vc[:, None] / (n * total))
+                grad[torch.arange(len(tc), device=x.device), tc] -= vc / n
+                grad = grad.to(x.dtype)
+                torch.mm(grad, w, out=grad_x[i:i + chunk_size])
+                grad_weight.addmm_(grad.T.float(), xc.float())
+        if need_grad:
+            ctx.save_for_backward(grad_x[:, :C], grad_weight[:, :C].to(weight.dtype))
+        return loss / n
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        grad_x, grad_weight = ctx.saved_tensors
+        return grad_x * grad_loss, grad_weight * grad_loss, None, None, None
+
+
+def logits_needed(config, device_type):
+    """Whether training takes its loss from the (B, T, vocab) logits, or (False) from LinearCrossEntropy, which
+    never holds them: that pays only on a CPU with a large vocabulary (measured: 50257 yes, 256 no)."""
+    return device_type != "cpu" or config.vocab_size < 8192
+
+# -----------------------------------------------------------------------------
+# The flags' checks
+
+CHOICES = dict(variant=("baseline", "encdec", "parallel"), embedding_loss=("none", "mse", "cosine", "log_cosine"),
+               embedding_ln=("none", "init", "avg_cum_sum"), detach=("none", "embedding", "encoder_out"),
+               sub_pos_embed=("no", "yes", "yes_ln"), decoder_order=("self_first", "cross_first"))
+
+
+def check_flags(c):
+    """The one place where a ModelConfig's flags are checked (ValueError naming the flag and the fix) and the
+    variant's defaults filled in."""
+    def fail(flag, allowed):
+        raise ValueError(f"{flag}={getattr(c, flag)!r} is not allowed: {allowed}")
+
+    def choose(flag):
+        if getattr(c, flag) not in CHOICES[flag]:
+            fail(flag, f"use one of {', '.join(CHOICES[flag])}")
+
+    def fill(defaults):
+        for flag, default in defaults.items():
+            if getattr(c, flag) is None:
+                setattr(c, flag, default(c) if callable(default) else default)
+
+    for flag in ("vocab_size", "context_size", "n_embed", "n_layer", "n_head"):
+        if not isinstance(getattr(c, flag), int) or getattr(c, flag) < 1:
+            fail(flag, "use a positive integer")
+    if c.n_embed % c.n_head:
+        fail("n_head", f"n_embed={c.n_embed} must be divisible by it")
+    if not 0.0 <= c.dropout < 1.0:
+        fail("dropout", "use a value in [0, 1)")
+    choose("variant")
+    if c.variant == "baseline":
+        for flag in ENCODER_DECODER_DEFAULTS:
+            if flag not in ("embedding_loss", "sub_pos_embed") and getattr(c, flag) is not None:
+                fail(flag, "it applies only to variant=encdec or variant=parallel")
+        if c.embedding_loss not in (None, "none"):
+            fail("embedding_loss", "the baseline has no encoder; use variant=encdec or parallel")
+        c.embedding_loss = "none"
+        c.sub_pos_embed = "no" if c.sub_pos_embed is None else c.sub_pos_embed
+    else:
+        fill(ENCODER_DECODER_DEFAULTS)
+    for flag in ("embedding_loss", "sub_pos_embed"):
+        choose(flag)
+    if c.embedding_loss == "none":
+        for flag in EMBEDDING_LOSS_DEFAULTS:
+            if getattr(c, flag) is not None:
+                fail(flag, "it applies only with an embedding loss (embedding_loss=mse, cosine or log_cosine)")
+    else:
+        fill(EMBEDDING_LOSS_DEFAULTS)
+        for flag in ("embedding_ln", "detach"):
+            choose(flag)
+        if not c.embedding_loss_coeff > 0:
+            fail("embedding_loss_coeff", "use a positive number")
+    if c.variant != "baseline":
+        choose("decoder_order")
+        for flag in ("n_encoder_layer", "n_decoder_layer", "cross_n_head"):
+            if not isinstance(getattr(c, flag), int) or getattr(c, flag) < 1:
+                fail(flag, "use a positive integer")
+        if c.variant == "parallel" and c.n_decoder_layer > c.n_encoder_layer:
+            fail("n_decoder_layer", "the parallel decoder runs beside the last encoder layers, "
+                                    f"so use at most n_encoder_layer={c.n_encoder_layer}")
+        if c.n_embed % c.cross_n_head:
+            fail("cross_n_head", f"n_embed={c.n_embed} must be divisible by it")

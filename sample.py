@@ -8,33 +8,29 @@ Sample from a model trained by train.py (its out_dir/ckpt.pt), decoding with the
 """
 import argparse
 import glob
-import json
 import math
 import os
 import re
-import sys
 from contextlib import nullcontext
 
 import numpy as np
 import torch
 
 import reversal
-from model import ModelConfig, build_model
-
-
-def fail(message):
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(1)
+from configurator import fail
+from data import get_tokenizer, load_checkpoint, read_meta
 
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-parser.add_argument("--out_dir", default=None, help="the training run's folder, holding ckpt.pt (default: the one out-*/ folder here)")
+parser.add_argument("--out_dir", default=None,
+                    help="the training run's folder, holding ckpt.pt (default: the one out-*/ folder here)")
 parser.add_argument("--start", default=None, help="the prompt, or FILE:path to read it from a file "
                                                   "(default: a new line; reversal: a random digit sequence per sample)")
 parser.add_argument("--num_samples", type=int, default=3)
 parser.add_argument("--max_new_tokens", type=int, default=300, help="tokens to generate (reversal: as many as digits)")
 parser.add_argument("--temperature", type=float, default=0.8, help="below 1: more likely tokens, above 1: more random")
-parser.add_argument("--top_k", type=int, default=None, help="sample only from the k most likely tokens (default 200; reversal: 1, greedy)")
+parser.add_argument("--top_k", type=int, default=None,
+                    help="sample only from the k most likely tokens (default 200; reversal: 1, greedy)")
 parser.add_argument("--seed", type=int, default=1337)
 parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu, cuda or cuda:N")
 parser.error = lambda message: fail(f"{message} (see python sample.py --help)")  # one line, not argparse's usage block
@@ -44,7 +40,8 @@ for name, allowed, fix in (("temperature", 0 < args.temperature < math.inf, "use
                            ("num_samples", args.num_samples >= 1, "use 1 or more"),
                            ("max_new_tokens", args.max_new_tokens >= 0, "use 0 or more"),
                            ("seed", 0 <= args.seed < 2 ** 63, "use an integer from 0 to 2**63 - 1"),
-                           ("device", re.fullmatch(r"cpu|cuda(:\d+)?", args.device), "use --device=cpu, cuda or cuda:N")):
+                           ("device", re.fullmatch(r"cpu|cuda(:\d+)?", args.device),
+                            "use --device=cpu, cuda or cuda:N")):
     if not allowed:
         fail(f"{name}={getattr(args, name)!r} is not allowed; {fix}")
 
@@ -54,21 +51,15 @@ if args.device.startswith("cuda") and not torch.cuda.is_available():
 if args.out_dir is None:  # train.py's default folders are out-<dataset>
     runs = sorted(os.path.dirname(path) for path in glob.glob("out-*/ckpt.pt"))
     if len(runs) != 1:
-        fail(f"{'several runs here (' + ', '.join(runs) + ')' if runs else 'no out-*/ckpt.pt here'}; give the run's folder with --out_dir")
+        found = f"several runs here ({', '.join(runs)})" if runs else "no out-*/ckpt.pt here"
+        fail(f"{found}; give the run's folder with --out_dir")
     args.out_dir = runs[0]
 ckpt_path = os.path.join(args.out_dir, "ckpt.pt")
-if not os.path.exists(ckpt_path):
-    fail(f"no checkpoint at {ckpt_path}; train one with train.py (its --out_dir), or point --out_dir at a run's folder")
-try:
-    checkpoint = torch.load(ckpt_path, map_location=args.device)
-    model = build_model(ModelConfig(**checkpoint["model_config"]))
-    model.load_state_dict(checkpoint["model"])
-except Exception as e:
-    fail(f"checkpoint {ckpt_path} is unreadable ({type(e).__name__}); use another run's --out_dir")
-model.eval().to(args.device)
+checkpoint, model = load_checkpoint(args.out_dir, args.device)
 dataset = checkpoint["train_config"]["dataset"]
 device_type = "cuda" if args.device.startswith("cuda") else "cpu"
-autocast = torch.autocast(device_type, dtype=torch.bfloat16) if device_type == "cuda" and torch.cuda.is_bf16_supported() else nullcontext()
+bf16 = device_type == "cuda" and torch.cuda.is_bf16_supported()
+autocast = torch.autocast(device_type, dtype=torch.bfloat16) if bf16 else nullcontext()
 
 # the prompt
 start = args.start
@@ -90,11 +81,14 @@ torch.manual_seed(args.seed)
 if dataset == "reversal":
     if start is None:  # a random digit sequence per sample
         rng = np.random.default_rng(args.seed)
-        prompts = [list(rng.integers(1, 10, size=rng.integers(1, reversal.MAX_LEN + 1))) for _ in range(args.num_samples)]
+        prompts = [list(rng.integers(1, 10, size=rng.integers(1, reversal.MAX_LEN + 1)))
+                   for _ in range(args.num_samples)]
     else:
         digits = [int(c) for c in start if c.isdigit()]
-        if not 1 <= len(digits) <= reversal.MAX_LEN or 0 in digits or any(not (c.isdigit() or c in " ,") for c in start.strip()):
-            fail(f"the reversal model takes 1 to {reversal.MAX_LEN} digits from 1 to 9, e.g. --start=\"3 5 4 2 1\"; got {start!r}")
+        other = any(not (c.isdigit() or c in " ,") for c in start.strip())
+        if not 1 <= len(digits) <= reversal.MAX_LEN or 0 in digits or other:
+            fail(f"the reversal model takes 1 to {reversal.MAX_LEN} digits from 1 to 9, e.g. --start=\"3 5 4 2 1\"; "
+                 f"got {start!r}")
         prompts = [digits] * (args.num_samples if args.top_k not in (None, 1) else 1)  # greedy has one answer
     for digits in prompts:  # one right answer: greedy by default
         x = torch.tensor([reversal.START, *digits, reversal.SEP], dtype=torch.long, device=args.device)[None, :]
@@ -102,23 +96,14 @@ if dataset == "reversal":
             y = model.generate(x, len(digits), temperature=args.temperature, top_k=args.top_k or 1)
         print(" ".join(map(str, digits)) + " -> " + " ".join(str(int(i)) for i in y[0, x.shape[1]:]))
 else:
-    meta_path = os.path.join("data", dataset, "meta.json")
-    if not os.path.exists(meta_path):
-        fail(f"{meta_path} not found, so the tokenizer is unknown; run sample.py from the folder you trained in, or prepare '{dataset}' again")
-    try:
-        with open(meta_path, encoding="utf-8") as f:
-            meta = json.load(f)
-        tokenizer = meta["tokenizer"]
-    except (ValueError, KeyError, TypeError):
-        tokenizer = None
-    if tokenizer not in ("gpt2", "byte"):
-        fail(f"{meta_path} is not a JSON object naming its tokenizer (gpt2 or byte); prepare '{dataset}' again with prepare_wikipedia.py")
-    from prepare_wikipedia import get_tokenizer
+    meta = read_meta(dataset)
+    tokenizer, meta_path = meta["tokenizer"], os.path.join("data", dataset, "meta.json")
     encode, decode, n_vocab, eot = get_tokenizer(tokenizer, meta.get("compact_vocab"))
     trained = checkpoint.get("dataset_meta", {}).get("tokenizer", tokenizer)  # older checkpoints do not say
     if tokenizer != trained or n_vocab > model.config.vocab_size:
-        fail(f"{meta_path} says the {tokenizer} tokenizer ({n_vocab} tokens), but the model in {ckpt_path} was trained on "
-             f"{trained} tokens (vocab_size={model.config.vocab_size}); prepare data/{dataset} as it was for training")
+        fail(f"{meta_path} says the {tokenizer} tokenizer ({n_vocab} tokens), but the model in {ckpt_path} was "
+             f"trained on {trained} tokens (vocab_size={model.config.vocab_size}); "
+             f"prepare data/{dataset} as it was for training")
     prompt = encode("\n" if start is None else start)
     skip = 0 if prompt else 1  # an empty prompt starts a new article: its end-of-text token is not printed
     prompt = prompt or [eot]

@@ -14,7 +14,6 @@ them), for evaluate.py and sample.py, and so that a run can be extended exactly 
 Runs with the same seed see the same batches, so each comparison is made seed by seed (paired).
 """
 import argparse
-import json
 import math
 import os
 import shutil
@@ -24,6 +23,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+
+from configurator import read_config
+from data import read_log
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 SUITES = {
@@ -50,18 +52,9 @@ SUITES = {
 }
 
 
-def read_log(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def config_value(suite, run, key):
     """A setting of config/<prefix><run>.py, read as train.py reads it."""
-    namespace = {}
-    exec(open(os.path.join(ROOT, "config", f"{SUITES[suite]['config']}{run}.py")).read(), namespace)
-    return namespace[key]
+    return read_config(os.path.join(ROOT, "config", f"{SUITES[suite]['config']}{run}.py"))[key]
 
 
 def suite_iters(suite, run):
@@ -81,7 +74,7 @@ def start_from_shorter_run(suite, run, seed, out_dir):
     if not shorter:
         return None
     src = run_dir(os.path.join(ROOT, SUITES[shorter]["results"]), run, seed)
-    log = read_log(os.path.join(src, "log.jsonl"))
+    log = read_log(os.path.join(src, "log.jsonl"))[0]
     if not (log and log[-1]["iter"] >= suite_iters(shorter, run) and os.path.exists(os.path.join(src, "ckpt.pt"))):
         return None
     os.makedirs(out_dir, exist_ok=True)
@@ -93,7 +86,7 @@ def start_from_shorter_run(suite, run, seed, out_dir):
 
 def train(suite, results, run, seed, max_iters):
     out_dir = run_dir(results, run, seed)
-    log = read_log(os.path.join(out_dir, "log.jsonl"))
+    log = read_log(os.path.join(out_dir, "log.jsonl"))[0]
     if log and log[-1]["iter"] >= max_iters:
         return "done before", log[-1]
     ckpt = os.path.join(out_dir, "ckpt.pt")
@@ -111,7 +104,7 @@ def train(suite, results, run, seed, max_iters):
         return f"FAILED ({' '.join(cmd[1:])}):\n{(result.stdout + result.stderr)[-2000:]}", None
     note = (f" (from the {SUITES[suite]['extends']} suite's step {started_at})" if started_at is not None
             else " (resumed)" if resume else "")
-    return f"{time.time() - t0:.0f}s{note}", read_log(os.path.join(out_dir, "log.jsonl"))[-1]
+    return f"{time.time() - t0:.0f}s{note}", read_log(os.path.join(out_dir, "log.jsonl"))[0][-1]
 
 
 def run_all(suite, results, jobs, max_iters, n_jobs):
@@ -137,7 +130,7 @@ def load(results, runs, seeds, done_iters=None):
     logs = {}
     for run in runs:
         for seed in seeds:
-            log = read_log(os.path.join(results, f"{run}_seed{seed}", "log.jsonl"))
+            log = read_log(os.path.join(results, f"{run}_seed{seed}", "log.jsonl"))[0]
             if log and (done_iters is None or log[-1]["iter"] >= done_iters(run)):
                 logs.setdefault(run, {})[seed] = log
     return logs

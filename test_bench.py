@@ -1,20 +1,20 @@
-"""bench.py runs end to end in its quick mode and reports every variant (its figures are checked by reading them, not here)."""
+"""Specifications of bench.py: it runs end to end in its quick mode and reports every variant (its figures are
+checked by reading them, not here), and its decoding race against Hugging Face's GPT-2.
+
+    python -m pytest -q test_bench.py
+"""
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
+from conftest import ROOT, run
 
 
 def test_quick_bench_reports_every_variant_with_identical_cached_sampling(tmp_path):
     out = tmp_path / "bench.json"
-    cmd = [sys.executable, "bench.py", "--quick", "--configs=cpu", "--repeats=1", "--batch_size=2", "--decode_tokens=4", "--decode_repeats=1",
-           f"--json={out}"]
-    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert result.returncode == 0, result.stderr
+    result = run("bench.py", "--quick", "--configs=cpu", "--repeats=1", "--batch_size=2", "--decode_tokens=4",
+                 "--decode_repeats=1", f"--json={out}", cwd=ROOT, timeout=600)
     rows = json.loads(out.read_text())["rows"]
     assert [r["variant"] for r in rows] == ["baseline", "encdec", "parallel"]
     for r in rows:
@@ -25,10 +25,8 @@ def test_quick_bench_reports_every_variant_with_identical_cached_sampling(tmp_pa
 
 def run_decode_race(tmp_path, env=None):
     out = tmp_path / "decode.json"
-    cmd = [sys.executable, "bench.py", "--decode_only", "--configs=cpu", "--decode_prompt=6", "--decode_tokens=6",
-           "--decode_repeats=1", "--threads=1", f"--json={out}"]
-    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
-    assert result.returncode == 0, result.stderr
+    result = run("bench.py", "--decode_only", "--configs=cpu", "--decode_prompt=6", "--decode_tokens=6",
+                 "--decode_repeats=1", "--threads=1", f"--json={out}", cwd=ROOT, env=env)
     return result.stdout, json.loads(out.read_text())["decode"]
 
 
@@ -37,7 +35,7 @@ def test_hf_gpt2_holding_the_baseline_weights_gives_the_baseline_logits():
     import torch
     import bench
     torch.manual_seed(0)
-    model = bench.build_model(bench.model_config("config/cpu_baseline.py")).eval()
+    model = bench.build_model(bench.model_config(os.path.join(ROOT, "config", "cpu_baseline.py"))).eval()
     idx = torch.randint(0, model.config.vocab_size, (2, 9))
     with torch.no_grad():
         torch.testing.assert_close(bench.hf_gpt2(model)(idx).logits[:, -1:], model(idx)[0], rtol=1e-4, atol=1e-4)
@@ -47,7 +45,8 @@ def test_decode_race_reports_tokens_per_s_against_hf_with_the_same_tokens(tmp_pa
     pytest.importorskip("transformers")
     stdout, decode = run_decode_race(tmp_path)
     rows = {(r["model"], r["batch"]): r for r in decode["rows"]}
-    assert set(rows) == {(m, b) for m in ("ours baseline", "ours encdec", "ours parallel", "HF GPT2LMHeadModel") for b in (1, 8)}
+    assert set(rows) == {(m, b) for m in ("ours baseline", "ours encdec", "ours parallel", "HF GPT2LMHeadModel")
+                         for b in (1, 8)}
     assert all(r["tokens_per_s"] > 0 and 0 < r["of_bound"] and r["vs_hf"] > 0 for r in rows.values())
     assert rows["HF GPT2LMHeadModel", 1]["tokens_agree_with_hf"] and rows["ours baseline", 8]["tokens_agree_with_hf"]
     assert decode["memory_bandwidth"] > 0 and "same as HF" in stdout

@@ -1,32 +1,21 @@
-"""Specifications of evaluate.py, the compacted GPT-2 vocabulary and train.py's whole-split evaluation.
-CPU only, no network.
+"""Specifications of evaluate.py: every token once, bits per byte, and the same figure as train.py's whole-split
+evaluation (eval_iters=0). CPU only, no network. (The compacted GPT-2 vocabulary itself: test_data.py.)
 
     python -m pytest -q test_evaluate.py
 """
 import json
 import math
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 from torch.nn import functional as F
 
+import data
 import evaluate
 import prepare_wikipedia as pw
-from model import ModelConfig, build_model
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": HERE}
-WORDS = ["the", "river", "castle", "was", "built", "in", "a", "year", "by", "king", "of", "north", "and", "its",
-         "walls", "naïve", "café", "1846", "—", "Zürich"]
-
-
-def run(script, *args, cwd):
-    return subprocess.run([sys.executable, os.path.join(HERE, script), *args], cwd=cwd, env=ENV,
-                          capture_output=True, text=True, timeout=300)
+from conftest import WORDS, assert_one_line_error, run, tiny_model
 
 
 def evaluate_in(folder, *args):
@@ -39,16 +28,11 @@ def evaluate_in(folder, *args):
         os.chdir(cwd)
 
 
-def tiny_model(vocab_size=50, context_size=16, **flags):
-    torch.manual_seed(0)
-    return build_model(ModelConfig(vocab_size=vocab_size, context_size=context_size, n_layer=1, n_embed=16, n_head=2,
-                                   **flags)).eval()
-
-
 @pytest.mark.parametrize("n_tokens", [2, 17, 33, 50])
 def test_windows_predict_every_token_but_the_first_exactly_once(n_tokens):
     block = 16
-    targets = [t for s in evaluate.window_starts(n_tokens, block) for t in range(s + 1, min(s + block, n_tokens - 1) + 1)]
+    targets = [t for s in evaluate.window_starts(n_tokens, block)
+               for t in range(s + 1, min(s + block, n_tokens - 1) + 1)]
     assert targets == list(range(1, n_tokens))
 
 
@@ -63,7 +47,7 @@ def test_token_losses_equal_the_model_loss_over_the_same_windows(variant):
         for s in evaluate.window_starts(len(tokens), 16):
             x = torch.tensor(tokens[s:s + 16][None])[:, :len(tokens) - 1 - s]
             y = torch.tensor(tokens[s + 1:s + 17][None])
-            logits, _ = model(x, y)
+            logits, _, _ = model(x, y)
             direct.append(F.cross_entropy(logits[0], y[0], reduction="none"))
     direct = torch.cat(direct).double().numpy()
     np.testing.assert_allclose(losses, direct, rtol=1e-5)
@@ -94,7 +78,7 @@ def test_bits_per_byte_for_byte_tokens_is_the_loss_over_ln2():
 
 
 def test_gpt2_byte_lengths_add_up_to_the_utf8_bytes_of_the_text():
-    encode, decode, _, eot = pw.get_tokenizer("gpt2")
+    encode, decode, _, eot = data.get_tokenizer("gpt2")
     text = " ".join(WORDS * 3)
     ids = np.array(encode(text) + [eot])
     lengths = evaluate.token_byte_lengths({"tokenizer": "gpt2", "vocab_size": 50257})
@@ -105,37 +89,27 @@ def test_gpt2_byte_lengths_add_up_to_the_utf8_bytes_of_the_text():
     assert math.isclose(result["bits_per_byte"], 2.0 * len(ids) / (len(text.encode("utf-8")) + 1) / math.log(2))
 
 
-@pytest.fixture(scope="module")
-def compact(tmp_path_factory):
-    """data/small prepared with --tokenizer gpt2 --compact_vocab from a generated WikiText-style text."""
-    root = tmp_path_factory.mktemp("compact")
-    rng = np.random.default_rng(0)
-    text = "".join(f" = Article {i} = \n\n " + " ".join(rng.choice(WORDS, size=120)) + " .\n" for i in range(12))
-    (root / "text.txt").write_text(text, encoding="utf-8")
-    pw.main(["--input", str(root / "text.txt"), "--tokenizer", "gpt2", "--compact_vocab", "--min_chars", "0",
-             "--val_fraction", "0.25", "--out_dir", str(root / "data"), "--name", "small"])
-    return root
+def test_split_losses_read_every_val_token_once_and_as_many_train_windows_spread_evenly(compact, monkeypatch):
+    """train.py's evaluation with eval_iters=0: the val figure is evaluate.py's, the train one of as many windows."""
+    folder = compact / "data" / "small"
+    val, train = (np.fromfile(folder / f"{split}.bin", dtype=np.uint16) for split in ("val", "train"))
+    model = tiny_model(vocab_size=json.load(open(folder / "meta.json"))["vocab_size"], context_size=16)
+    calls, token_losses = [], evaluate.token_losses
 
-
-def test_compact_vocabulary_keeps_gpt2_segmentation_with_dense_ids(compact):
-    meta = json.load(open(compact / "data" / "small" / "meta.json"))
-    full_encode, _, _, full_eot = pw.get_tokenizer("gpt2")
-    encode, decode, vocab_size, eot = pw.get_tokenizer("gpt2", meta["compact_vocab"])
-    ids = np.concatenate([np.fromfile(compact / "data" / "small" / f"{s}.bin", dtype=np.uint16) for s in ("train", "val")])
-    assert vocab_size == meta["vocab_size"] == len(set(ids.tolist())) and ids.max() == vocab_size - 1
-    assert eot == meta["eot_token"] and meta["compact_vocab"][eot] == full_eot
-    texts = [a["text"] for a in pw.read_input([str(compact / "text.txt")])]
-    for text in texts:
-        assert [meta["compact_vocab"][i] for i in encode(text)] == full_encode(text)  # the same tokens, renumbered
-        assert decode(encode(text)) == text
-    assert sorted(meta["compact_vocab"]) == meta["compact_vocab"]
-
-
-def test_text_outside_the_compact_vocabulary_is_one_clear_error(compact):
-    meta = json.load(open(compact / "data" / "small" / "meta.json"))
-    encode = pw.get_tokenizer("gpt2", meta["compact_vocab"])[0]
-    with pytest.raises(SystemExit, match="outside this dataset's compact vocabulary"):
-        encode("quantum chromodynamics")
+    def recorded(model, tokens, block, batch_size, device, starts=None, *args):
+        losses = token_losses(model, tokens, block, batch_size, device, starts, *args)
+        calls.append((len(tokens), starts, losses))
+        return losses
+    monkeypatch.setattr(evaluate, "token_losses", recorded)
+    result = evaluate.split_losses(model, str(folder), 16, 64, "cpu")
+    assert set(result) == {"train_loss", "val_loss"}
+    (n_train, train_starts, train_losses), (n_val, val_starts, val_losses) = calls
+    assert (n_train, n_val, val_starts) == (len(train), len(val), None)
+    assert len(train_starts) == len(evaluate.window_starts(len(val), 16)) > 1
+    assert train_starts[0] == 0 and train_starts[-1] == len(train) - 17 and train_starts == sorted(train_starts)
+    assert result["train_loss"] == pytest.approx(train_losses.mean(), rel=1e-12)
+    direct = token_losses(model, val.astype(np.int64), 16, 64, "cpu")  # evaluate.py's figure for the val split
+    assert len(val_losses) == len(val) - 1 and result["val_loss"] == pytest.approx(direct.mean(), rel=1e-6)
 
 
 TRAIN = ["--dataset=small", "--variant=encdec", "--n_layer=1", "--n_embed=16", "--n_head=2", "--context_size=32",
@@ -145,15 +119,13 @@ TRAIN = ["--dataset=small", "--variant=encdec", "--n_layer=1", "--n_embed=16", "
 
 @pytest.fixture(scope="module")
 def trained(compact):
-    result = run("train.py", *TRAIN, cwd=compact)
-    assert result.returncode == 0, result.stderr
+    run("train.py", *TRAIN, cwd=compact)
     return compact
 
 
 def test_train_eval_iters_0_logs_the_val_loss_evaluate_reports(trained):
     log = [json.loads(line) for line in open(trained / "run" / "log.jsonl")]
     result = run("evaluate.py", "--out_dir=run", "--batch_size=3", cwd=trained)
-    assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
     val_tokens = os.path.getsize(trained / "data" / "small" / "val.bin") // 2
     assert report["tokens"] == val_tokens - 1
@@ -165,7 +137,7 @@ def test_train_eval_iters_0_logs_the_val_loss_evaluate_reports(trained):
 def test_evaluate_input_text_matches_the_prepared_split(trained):
     """The val split's articles, written out as text, score as the split does: --input tokenizes like prepare."""
     meta = json.load(open(trained / "data" / "small" / "meta.json"))
-    _, decode, _, eot = pw.get_tokenizer("gpt2", meta["compact_vocab"])
+    _, decode, _, eot = data.get_tokenizer("gpt2", meta["compact_vocab"])
     ids = np.fromfile(trained / "data" / "small" / "val.bin", dtype=np.uint16).tolist()
     articles, current = [], []
     for i in ids:
@@ -186,37 +158,18 @@ def test_evaluate_input_text_matches_the_prepared_split(trained):
     (["--out_dir=run", "--input=missing.txt"], "cannot read missing.txt"),
     (["--out_dir=run", "--batch_size=0"], "--batch_size=0"),
 ])
-def test_bad_input_is_one_line_error(trained, args, fragment, capsys):
+def test_bad_input_is_one_line_error(trained, args, fragment):
     (trained / "empty.txt").write_text("")
     with pytest.raises(SystemExit) as exit:
         evaluate_in(trained, *args)
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert exit.value.code == 1 and len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], lines
+    assert_one_line_error(str(exit.value.code), fragment)  # a message as the code: exit status 1
 
 
-def test_a_dataset_prepared_again_with_another_tokenizer_is_refused(trained, tmp_path, capsys):
+def test_a_dataset_prepared_again_with_another_tokenizer_is_refused(trained, tmp_path):
     os.symlink(trained / "run", tmp_path / "run")
     (tmp_path / "text.txt").write_text((trained / "text.txt").read_text(encoding="utf-8"), encoding="utf-8")
     pw.main(["--input", str(tmp_path / "text.txt"), "--tokenizer", "gpt2", "--min_chars", "0",
              "--out_dir", str(tmp_path / "data"), "--name", "small"])  # full 50257-token vocabulary now
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exit:
         evaluate_in(tmp_path, "--out_dir=run")
-    assert "prepared again with another tokenizer" in capsys.readouterr().err
-
-
-def test_embedding_loss_layernorm_shortcut_and_the_option_that_rules_it_out():
-    """Gains of zero with equal biases make the embedding loss exactly zero whatever the embeddings are;
-    with embedding_ln_affine=False the LayerNorms have nothing to learn and the loss stays positive."""
-    idx = torch.randint(0, 50, (2, 16))
-    model = tiny_model(variant="encdec", embedding_loss="mse")
-    with torch.no_grad():
-        for ln in (model.ln_embed, model.ln_encoder_out):
-            ln.weight.zero_()
-            ln.bias.fill_(0.3)
-    model(idx, idx)
-    assert model.last_loss_terms["embedding"] == 0.0
-    fixed = tiny_model(variant="encdec", embedding_loss="mse", embedding_ln_affine=False)
-    assert not list(fixed.ln_embed.parameters()) and not list(fixed.ln_encoder_out.parameters())
-    assert sum(p.numel() for p in model.parameters()) - sum(p.numel() for p in fixed.parameters()) == 4 * 16
-    fixed(idx, idx)
-    assert fixed.last_loss_terms["embedding"] > 0.1
+    assert_one_line_error(str(exit.value.code), "prepared again with another tokenizer")

@@ -1,4 +1,7 @@
-"""Specifications of model.py: the write-ups' parameter counts, causality, the KV cache, the embedding loss."""
+"""Specifications of model.py: the write-ups' parameter counts, causality, the KV cache, the embedding loss.
+
+    python -m pytest -q test_model.py
+"""
 
 import itertools
 
@@ -6,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model import ModelConfig, build_model, causal_attention
+from conftest import tiny_model
+from model import ModelConfig, build_model, causal_attention, logits_needed
 
 TINY = dict(vocab_size=37, context_size=12, n_embed=16, n_head=2, n_layer=2)
 
@@ -56,10 +60,12 @@ def valid_flag_combinations():
     one_at_a_time = [dict(embedding_loss=v) for v in ("none", "mse", "cosine", "log_cosine")] + \
         [dict(embedding_ln=v) for v in ("none", "init", "avg_cum_sum")] + [dict(encoder_out_ln=False)] + \
         [dict(detach=v) for v in ("none", "embedding")] + [dict(sub_pos_embed=v) for v in ("no", "yes_ln")] + \
-        [dict(add_pos_embed_to_decoder=True), dict(decoder_order="cross_first"), dict(n_encoder_layer=3, n_decoder_layer=1)]
+        [dict(add_pos_embed_to_decoder=True), dict(decoder_order="cross_first"),
+         dict(n_encoder_layer=3, n_decoder_layer=1)]
     together = [dict(embedding_loss=loss, embedding_ln=ln, sub_pos_embed=sub, add_pos_embed_to_decoder=True,
                      decoder_order="cross_first", n_encoder_layer=3, n_decoder_layer=1, detach="none")
-                for loss, ln, sub in (("cosine", "avg_cum_sum", "yes_ln"), ("log_cosine", "none", "yes"), ("mse", "init", "no"))]
+                for loss, ln, sub in (("cosine", "avg_cum_sum", "yes_ln"), ("log_cosine", "none", "yes"),
+                                      ("mse", "init", "no"))]
     for variant in ("encdec", "parallel"):
         combos += [dict(variant=variant, **flags) for flags in one_at_a_time + together]
     return combos
@@ -69,12 +75,12 @@ def valid_flag_combinations():
 def test_no_position_sees_a_later_token(flags):
     model = tiny(**flags).eval()
     idx = tokens()
-    logits, _ = model(idx, idx)
+    logits, _, _ = model(idx, idx)
     dissimilarity = encoder_and_embedding_terms(model, idx)
     for t in (1, 6, 11):
         changed = idx.clone()
         changed[:, t] = (changed[:, t] + 1) % TINY["vocab_size"]
-        logits2, _ = model(changed, changed)
+        logits2, _, _ = model(changed, changed)
         assert torch.equal(logits[:, :t], logits2[:, :t]), f"logits before position {t} changed"
         assert not torch.allclose(logits[:, t:], logits2[:, t:])  # the change is seen from t on
         if dissimilarity is not None:
@@ -101,7 +107,8 @@ def capture_E_and_encoder_out(model, idx):
 # --- 3. the KV cache ---
 
 DECODE_FLAGS = [  # every flag that changes the decoding path, and head sizes that need padding (4 here)
-    dict(variant="baseline"), dict(variant="baseline", sub_pos_embed="yes"), dict(variant="baseline", sub_pos_embed="yes_ln", n_head=4),
+    dict(variant="baseline"), dict(variant="baseline", sub_pos_embed="yes"),
+    dict(variant="baseline", sub_pos_embed="yes_ln", n_head=4),
     dict(variant="encdec"), dict(variant="encdec", decoder_order="cross_first", add_pos_embed_to_decoder=True),
     dict(variant="encdec", sub_pos_embed="yes_ln", encoder_out_ln=False, embedding_ln="avg_cum_sum", cross_n_head=2),
     dict(variant="encdec", embedding_loss="none", sub_pos_embed="no", n_encoder_layer=3, n_decoder_layer=1),
@@ -113,14 +120,15 @@ DECODE_FLAGS = [  # every flag that changes the decoding path, and head sizes th
 def test_cached_step_by_step_logits_equal_the_full_forward(flags):
     model = tiny(**flags).eval()
     idx = tokens(T=10)
-    full, _ = model(idx, idx)
+    full, _, _ = model(idx, idx)
     cache = {}
-    first, _ = model(idx[:, :4], cache=cache)  # prefill with a prompt, then one token at a time
+    first, _, _ = model(idx[:, :4], cache=cache)  # prefill with a prompt, then one token at a time
     steps = [first] + [model(idx[:, t:t + 1], cache=cache)[0] for t in range(4, 10)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full[:, 3:], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("variant, attention_modules", [("baseline", 2), ("encdec", 2 + 2 * 2), ("parallel", 2 + 2 * 2)])
+@pytest.mark.parametrize("variant, attention_modules",
+                         [("baseline", 2), ("encdec", 2 + 2 * 2), ("parallel", 2 + 2 * 2)])
 def test_cache_is_preallocated_per_attention_module_and_written_in_place(variant, attention_modules):
     model = tiny(variant=variant).eval()
     cache = {}
@@ -153,7 +161,7 @@ def test_greedy_generation_appends_the_argmax_of_the_forward_logits(variant):
     idx = tokens(B=2, T=3)
     expected = idx
     for _ in range(6):  # the plain forward pass, step by step, with the output layer as nn.Linear
-        logits, _ = model(expected)
+        logits, _, _ = model(expected)
         expected = torch.cat([expected, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
     assert torch.equal(model.generate(idx, 6, top_k=1), expected)
 
@@ -161,7 +169,8 @@ def test_greedy_generation_appends_the_argmax_of_the_forward_logits(variant):
 def test_sampling_draws_from_the_top_k_only():
     model = tiny(variant="encdec").eval()
     idx = tokens(B=1, T=4)
-    logits, _ = model(idx)
+    logits, loss, terms = model(idx)
+    assert logits.shape == (1, 1, TINY["vocab_size"]) and loss is None and terms is None  # the last position only
     top3 = set(logits[0, -1].topk(3).indices.tolist())
     torch.manual_seed(0)
     drawn = {model.generate(idx, 1, temperature=5.0, top_k=3)[0, -1].item() for _ in range(40)}
@@ -219,10 +228,28 @@ def test_no_embedding_loss_means_no_such_term():
     idx = tokens()
     assert not hasattr(model, "ln_embed") and not hasattr(model, "ln_encoder_out")
     model.train()
-    loss_train = model(idx, idx)[1]
-    assert model.last_loss_terms["embedding"] is None
+    _, loss_train, terms = model(idx, idx)
+    assert terms["embedding"] is None
     model.eval()
     assert torch.equal(loss_train, model(idx, idx)[1])
+
+
+def test_embedding_loss_layernorm_shortcut_and_the_option_that_rules_it_out():
+    """Gains of zero with equal biases make the embedding loss exactly zero whatever the embeddings are;
+    with embedding_ln_affine=False the LayerNorms have nothing to learn and the loss stays positive."""
+    idx = torch.randint(0, 50, (2, 16))
+    model = tiny_model(variant="encdec", embedding_loss="mse")
+    with torch.no_grad():
+        for ln in (model.ln_embed, model.ln_encoder_out):
+            ln.weight.zero_()
+            ln.bias.fill_(0.3)
+    _, _, terms = model(idx, idx)
+    assert terms["embedding"].item() == 0.0
+    fixed = tiny_model(variant="encdec", embedding_loss="mse", embedding_ln_affine=False)
+    assert not list(fixed.ln_embed.parameters()) and not list(fixed.ln_encoder_out.parameters())
+    assert sum(p.numel() for p in model.parameters()) - sum(p.numel() for p in fixed.parameters()) == 4 * 16
+    _, _, terms = fixed(idx, idx)
+    assert terms["embedding"].item() > 0.1
 
 
 # --- 5. each loss formula against a direct computation ---
@@ -248,19 +275,19 @@ def test_embedding_loss_equals_the_write_up_formula(loss, embedding_ln, encoder_
     else:
         cos = (out_enc_ln * E_avg_sum).sum(-1) / (out_enc_ln.norm(dim=-1) * E_avg_sum.norm(dim=-1))
         expected = (1 - (cos + 1) / 2).mean() if loss == "cosine" else (-torch.log((cos + 1) / 2)).mean()
-    model(idx, idx)
-    assert model.last_loss_terms["embedding"] == pytest.approx(expected.item(), rel=1e-5)
+    _, _, terms = model(idx, idx)
+    assert terms["embedding"].item() == pytest.approx(expected.item(), rel=1e-5)
 
 
 def test_training_loss_is_cross_entropy_plus_coeff_times_embedding_loss():
     model = tiny(variant="encdec", embedding_loss_coeff=3.5).train()
     idx, targets = tokens(), tokens(seed=2)
     targets[:, :4] = -1  # ignored positions
-    logits, loss = model(idx, targets)
+    logits, loss, terms = model(idx, targets)
     ce = F.cross_entropy(logits.reshape(-1, 37)[targets.view(-1) >= 0], targets.view(-1)[targets.view(-1) >= 0])
-    terms = model.last_loss_terms
-    assert terms["ce"] == pytest.approx(ce.item(), rel=1e-5)
-    assert loss.item() == pytest.approx(terms["ce"] + 3.5 * terms["embedding"], rel=1e-5)
+    assert terms["ce"].item() == pytest.approx(ce.item(), rel=1e-5)
+    assert loss.item() == pytest.approx(terms["ce"].item() + 3.5 * terms["embedding"].item(), rel=1e-5)
+    assert not terms["ce"].requires_grad and not terms["embedding"].requires_grad  # detached: for the logs
     model.eval()
     assert model(idx, targets)[1].item() == pytest.approx(ce.item(), rel=1e-5)  # evaluation reports cross-entropy
 
@@ -272,7 +299,7 @@ def test_sub_pos_embed_subtracts_the_next_positions_before_the_output_layer(vari
     seen = {}
     model.ln_f.register_forward_hook(lambda m, i, out: seen.setdefault("h", out))
     idx = tokens()
-    logits, _ = model(idx, idx)
+    logits, _, _ = model(idx, idx)
     expected = (seen["h"] - model.wpe.weight[1:13]) @ model.wte.weight.T
     torch.testing.assert_close(logits, expected)
 
@@ -301,7 +328,8 @@ def test_parallel_layer_cross_attends_to_the_same_layers_encoder_output():
     assert calls[2][2] is calls[1][2] and calls[4][2] is calls[3][2]
 
 
-@pytest.mark.parametrize("order, expected", [("self_first", ["attn", "cross_attn"]), ("cross_first", ["cross_attn", "attn"])])
+@pytest.mark.parametrize("order, expected",
+                         [("self_first", ["attn", "cross_attn"]), ("cross_first", ["cross_attn", "attn"])])
 def test_decoder_order_sets_which_attention_runs_first(order, expected):
     model = tiny(variant="encdec", decoder_order=order, n_decoder_layer=1)
     calls = []
@@ -353,8 +381,10 @@ def test_bad_flags_raise_value_error_naming_the_flag(flags, named):
 
 def test_defaults_are_the_write_ups_best_configuration():
     c = ModelConfig()
-    assert (c.variant, c.n_embed, c.n_head, c.n_layer, c.context_size, c.cross_n_head) == ("encdec", 150, 5, 13, 200, 10)
-    assert (c.embedding_loss, c.embedding_loss_coeff, c.embedding_ln, c.encoder_out_ln, c.detach) == ("mse", 8.0, "init", True, "encoder_out")
+    assert (c.variant, c.n_embed, c.n_head, c.n_layer, c.context_size, c.cross_n_head) == (
+        "encdec", 150, 5, 13, 200, 10)
+    assert (c.embedding_loss, c.embedding_loss_coeff, c.embedding_ln, c.encoder_out_ln, c.detach) == (
+        "mse", 8.0, "init", True, "encoder_out")
     assert (c.sub_pos_embed, c.add_pos_embed_to_decoder, c.decoder_order) == ("yes", False, "self_first")
     b = ModelConfig(variant="baseline")
     assert (b.embedding_loss, b.sub_pos_embed, b.cross_n_head) == ("none", "no", None)
@@ -375,9 +405,15 @@ def test_loss_without_logits_equals_the_logits_path_in_value_and_gradient(varian
         torch.testing.assert_close(without["grads"][name], g, rtol=1e-4, atol=1e-7)
 
 
+def test_the_loss_skips_the_logits_only_on_a_cpu_with_a_large_vocabulary():
+    assert not logits_needed(ModelConfig(vocab_size=50257), "cpu")
+    assert logits_needed(ModelConfig(vocab_size=256), "cpu")
+    assert logits_needed(ModelConfig(vocab_size=50257), "cuda")
+
+
 def gradients_of(model, idx, targets, return_logits):
     model.zero_grad()
-    logits, loss = model(idx, targets, return_logits=return_logits)
+    logits, loss, _ = model(idx, targets, return_logits=return_logits)
     loss.backward()
     return dict(logits=logits, loss=loss.item(), grads={n: p.grad.clone() for n, p in model.named_parameters()})
 

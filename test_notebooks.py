@@ -7,11 +7,13 @@ import os
 
 import pytest
 
+from conftest import ROOT
+
 nbformat = pytest.importorskip("nbformat", reason="the notebook tests need nbformat (pip install nbformat)")
 nbclient = pytest.importorskip("nbclient", reason="the notebook tests need nbclient (pip install nbclient)")
 pytest.importorskip("ipykernel", reason="the notebook tests need a Python kernel (pip install ipykernel)")
 
-NOTEBOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "notebooks")
+NOTEBOOK_DIR = os.path.join(ROOT, "notebooks")
 NOTEBOOKS = sorted(glob.glob(os.path.join(NOTEBOOK_DIR, "*.ipynb")))
 CELL_TIMEOUT_S = 300
 

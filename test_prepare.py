@@ -1,13 +1,12 @@
-"""Specifications of prepare_wikipedia.py. CPU only, no network beyond 127.0.0.1.
+"""Specifications of prepare_wikipedia.py: fetching from the API with its faults, WikiText-2 downloads, local
+input, and the files it writes. CPU only, no network beyond 127.0.0.1. (The tokenizers and split_wikitext:
+test_data.py.)
 
     python -m pytest -q test_prepare.py
 """
-import hashlib
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from urllib.parse import parse_qs, urlparse
@@ -15,9 +14,9 @@ from urllib.parse import parse_qs, urlparse
 import numpy as np
 import pytest
 
+import data
 import prepare_wikipedia as pw
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+from conftest import assert_one_line_error, make_wikitext, prepare_wikitext2, run, wikitext
 
 # a fake Wikipedia: 8 real articles and a stub; the random generator repeats pages
 PAGES = {pid: (f"Article {pid}", f"Article {pid} is page number {pid} of the fake wiki. " * 3) for pid in range(1, 9)}
@@ -67,7 +66,8 @@ class ApiHandler(BaseHTTPRequestHandler):
         elif api.fail_after is not None and api.served >= api.fail_after:
             self.reply(503, {})
         elif fault == "maxlag":
-            self.reply(200, {"error": {"code": "maxlag", "info": "Waiting for db1: 6 seconds lagged"}}, {"Retry-After": "0"})
+            self.reply(200, {"error": {"code": "maxlag", "info": "Waiting for db1: 6 seconds lagged"}},
+                       {"Retry-After": "0"})
         elif api.answer is not None:
             self.reply(200, api.answer)
         else:
@@ -75,7 +75,8 @@ class ApiHandler(BaseHTTPRequestHandler):
             api.served += 1
             title, text = PAGES[pid]
             page = {"pageid": pid, "ns": 0, "title": title, "extract": text}
-            self.reply(200, {"batchcomplete": True, "continue": {"grncontinue": "0.5|0.6|0|0", "continue": "grncontinue||"},
+            self.reply(200, {"batchcomplete": True,
+                             "continue": {"grncontinue": "0.5|0.6|0|0", "continue": "grncontinue||"},
                              "query": {"pages": {str(pid): page} if api.pages_as_dict else [page]}})
 
     def reply(self, status, body, headers={}):
@@ -111,18 +112,6 @@ def cached_pageids(tmp_path):
     with open(tmp_path / "wiki" / "articles.jsonl", encoding="utf-8") as f:
         return [json.loads(line)["pageid"] for line in f]  # fails on any broken line
 
-
-def run_script(*args):
-    return subprocess.run([sys.executable, os.path.join(HERE, "prepare_wikipedia.py"), *args],
-                          capture_output=True, text=True, timeout=60)
-
-
-def assert_one_line_error(stderr, *phrases):
-    assert "Traceback" not in stderr
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
-    for phrase in phrases:
-        assert phrase in lines[0]
 
 # -----------------------------------------------------------------------------
 # fetching from the API
@@ -223,10 +212,9 @@ def test_unreachable_api_exits_nonzero_with_one_line_error_and_no_traceback(tmp_
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    result = run_script("--api_url", f"http://127.0.0.1:{port}/w/api.php", "--retry_delay", "0",
-                        "--tokenizer", "byte", "--out_dir", str(tmp_path))
-    assert result.returncode != 0
-    assert_one_line_error(result.stderr, "could not reach", "after 6 tries (ConnectionError)", "--input PATH")
+    result = run("prepare_wikipedia.py", "--api_url", f"http://127.0.0.1:{port}/w/api.php", "--retry_delay", "0",
+                 "--tokenizer", "byte", "--out_dir", str(tmp_path), cwd=tmp_path, check=False, timeout=60)
+    assert_one_line_error(result, "could not reach", "after 6 tries (ConnectionError)", "--input PATH")
 
 
 def test_fetch_that_died_resumes_without_duplicates_or_losses_despite_truncated_last_line(wiki, tmp_path):
@@ -268,68 +256,6 @@ def test_complete_cache_is_reused_without_requests(wiki, tmp_path):
 
 # -----------------------------------------------------------------------------
 # WikiText-2 downloads
-
-
-class FileHandler(BaseHTTPRequestHandler):
-    """A fake raw-file host: serves `files`, honours Range, and for the paths in `cut` sends only the first
-    half of the body once before hanging up."""
-    files, cut, ranges, ignore_range = {}, set(), [], False
-
-    def do_GET(self):
-        name = self.path.rsplit("/", 1)[-1]
-        self.ranges.append((name, self.headers.get("Range")))
-        if name not in self.files:
-            self.send_error(404)
-            return
-        data, start = self.files[name], 0
-        if self.headers.get("Range") and not self.ignore_range:
-            start = int(self.headers["Range"].removeprefix("bytes=").rstrip("-"))
-            if start >= len(data):
-                self.send_error(416)
-                return
-            self.send_response(206)
-            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-        else:
-            self.send_response(200)
-        self.send_header("Content-Length", str(len(data) - start))
-        self.end_headers()
-        if name in self.cut:
-            self.cut.discard(name)
-            self.wfile.write(data[start:start + (len(data) - start) // 2])
-            self.close_connection = True
-        else:
-            self.wfile.write(data[start:])
-
-    def log_message(self, *args):
-        pass
-
-
-def wikitext(seed):
-    text = "".join(f" \n = Topic {seed} {i} = \n \n" + f" Sentence {i} of file {seed} . \n" * 3 for i in range(8))
-    return text.encode("utf-8")
-
-
-@pytest.fixture
-def wikitext2_host(monkeypatch):
-    """A fake host of train.txt, valid.txt, test.txt, with the checksums of these files patched in."""
-    files = {"train.txt": wikitext(0), "valid.txt": wikitext(1), "test.txt": wikitext(2)}
-    monkeypatch.setattr(pw, "WIKITEXT2_FILES", {
-        "train": ("train.txt", "git-blob",
-                  hashlib.sha1(b"blob %d\0" % len(files["train.txt"]) + files["train.txt"]).hexdigest()),
-        "valid": ("valid.txt", "sha256", hashlib.sha256(files["valid.txt"]).hexdigest()),
-        "test": ("test.txt", "sha256", hashlib.sha256(files["test.txt"]).hexdigest())})
-    handler = type("Handler", (FileHandler,), {"files": files, "cut": set(), "ranges": []})
-    server = HTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    handler.url = f"http://127.0.0.1:{server.server_port}/examples/wikitext-2/"
-    yield handler
-    server.shutdown()
-    server.server_close()
-
-
-def prepare_wikitext2(host, tmp_path, *extra):
-    pw.main(["--wikitext2_url", host.url, "--retry_delay", "0", "--min_chars", "0", "--tokenizer", "byte",
-             "--out_dir", str(tmp_path), *extra])
 
 
 def test_git_blob_checksum_is_what_git_hash_object_prints(tmp_path):
@@ -393,12 +319,6 @@ def test_wikitext2_host_down_is_one_line_error_suggesting_input(tmp_path):
     assert_one_line_error(str(e.value.code), f"could not download http://127.0.0.1:{port}/valid.txt",
                           "(ConnectionError)", "no network?", "--input PATH")
 
-@pytest.mark.parametrize("dataset", ["wikitext2_valid_byte", "wikitext2_test_gpt2", "wikitext2_valid_gpt2c"])
-def test_prepare_command_of_a_wikitext2_dataset_builds_that_dataset(wikitext2_host, tmp_path, dataset):
-    command = pw.prepare_command(dataset).split()
-    assert command[:2] == ["python", "prepare_wikipedia.py"]
-    prepare_wikitext2(wikitext2_host, tmp_path, *command[2:])
-    assert sorted(os.listdir(tmp_path / dataset)) == ["meta.json", "train.bin", "val.bin"]
 
 def test_no_network_stops_at_once_with_one_line_error(tmp_path, monkeypatch):
     def no_dns(*args, **kwargs):
@@ -411,59 +331,7 @@ def test_no_network_stops_at_once_with_one_line_error(tmp_path, monkeypatch):
 
 
 # -----------------------------------------------------------------------------
-# tokenizers
-
-
-def test_gpt2_tokenizer_builds_offline_with_known_gpt2_ids(tmp_path, monkeypatch):
-    import requests
-    import tiktoken
-
-    def no_network(*args, **kwargs):
-        raise AssertionError("the GPT-2 tokenizer must not need the network")
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # an empty cache
-    monkeypatch.setattr(tiktoken, "get_encoding", no_network)
-    monkeypatch.setattr(requests, "get", no_network)
-    pw.gpt2_encoding.cache_clear()
-    try:
-        encode, decode, vocab_size, eot_token = pw.get_tokenizer("gpt2")
-    finally:
-        pw.gpt2_encoding.cache_clear()
-    assert (vocab_size, eot_token) == (50257, 50256)
-    assert encode("Hello world") == [15496, 995]
-    assert encode("Hello, world!") == [15496, 11, 995, 0]
-    assert eot_token not in encode("a literal <|endoftext|> is text")
-    text = "Zürich — 東京 🙂 <unk> @-@ 1 @.@ 5"
-    assert decode(encode(text)) == text
-    assert decode(np.array(encode(text), dtype=np.uint16)) == text  # as read back from a .bin
-
-
-def test_byte_tokenizer_round_trips_utf8_and_separates_articles_with_nul():
-    encode, decode, vocab_size, eot_token = pw.get_tokenizer("byte")
-    text = "Zürich — 東京 🙂"
-    assert encode(text) == list(text.encode("utf-8"))
-    assert decode(encode(text)) == text
-    assert decode(np.array(encode(text), dtype=np.uint16)) == text
-    assert (vocab_size, eot_token) == (256, 0)
-
-
-def test_unknown_tokenizer_is_one_line_error_naming_the_choices(tmp_path):
-    result = run_script("--tokenizer", "bpe", "--input", "nothing.txt", "--out_dir", str(tmp_path))
-    assert result.returncode != 0
-    assert_one_line_error(result.stderr, "unknown tokenizer 'bpe'", "gpt2", "byte")
-
-# -----------------------------------------------------------------------------
 # local input
-
-
-def make_wikitext(path, num_articles=12):
-    """A small WikiText-style file; returns the titles."""
-    titles = [f"Topic {i} ( {['river', 'song', 'ship'][i % 3]} )" for i in range(num_articles)]
-    with open(path, "w", encoding="utf-8") as f:
-        for i, title in enumerate(titles):
-            f.write(f" \n = {title} = \n \n {title} is the subject number {i} of this text . \n \n")
-            f.write(f" = = History = = \n \n It was first seen in 19{i:02d} . \n \n")
-            f.write(f" = = = Later years = = = \n \n Nothing = else happened to topic {i} . \n \n")
-    return titles
 
 
 def read_split(out, split, decode, eot_token):
@@ -474,17 +342,6 @@ def read_split(out, split, decode, eot_token):
     return [decode(article[:-1]) for article in np.split(ids, cuts + 1)[:-1]]
 
 
-def test_wikitext_splits_at_top_level_titles_only(tmp_path):
-    titles = make_wikitext(tmp_path / "small.txt")
-    articles = pw.split_wikitext((tmp_path / "small.txt").read_text(encoding="utf-8"), "small.txt")
-    assert [a["title"] for a in articles] == titles
-    for a in articles:
-        assert a["text"].startswith(f"= {a['title']} =") and "= = History = =" in a["text"]
-        assert a["text"].count("Nothing = else") == 1
-    assert pw.split_wikitext("Just one plain text.\n\nNo titles.\n", "plain.txt") == [
-        {"title": "plain.txt", "text": "Just one plain text.\n\nNo titles."}]
-
-
 @pytest.mark.parametrize("tokenizer", ["byte", "gpt2"])
 def test_input_split_is_by_article_and_meta_counts_match_bins(tmp_path, tokenizer):
     make_wikitext(tmp_path / "small.txt")
@@ -492,7 +349,7 @@ def test_input_split_is_by_article_and_meta_counts_match_bins(tmp_path, tokenize
              "--val_fraction", "0.25", "--out_dir", str(tmp_path), "--name", "small"])
     out = tmp_path / "small"
     meta = json.load(open(out / "meta.json"))
-    _, decode, vocab_size, eot_token = pw.get_tokenizer(tokenizer)
+    _, decode, vocab_size, eot_token = data.get_tokenizer(tokenizer)
     train, val = read_split(out, "train", decode, eot_token), read_split(out, "val", decode, eot_token)
     texts = [a["text"] for a in pw.read_input([str(tmp_path / "small.txt")])]
     assert len(val) == 3 and len(train) == 9
@@ -500,7 +357,8 @@ def test_input_split_is_by_article_and_meta_counts_match_bins(tmp_path, tokenize
     for split, articles in (("train", train), ("val", val)):
         assert meta[f"{split}_tokens"] == os.path.getsize(out / f"{split}.bin") // 2
         assert meta[f"{split}_articles"] == len(articles)
-    assert (meta["tokenizer"], meta["vocab_size"], meta["eot_token"], meta["dtype"]) == (tokenizer, vocab_size, eot_token, "uint16")
+    assert (meta["tokenizer"], meta["vocab_size"], meta["eot_token"], meta["dtype"]) == (
+        tokenizer, vocab_size, eot_token, "uint16")
     assert not [f for f in os.listdir(out) if f.endswith(".tmp")]
 
 
@@ -562,5 +420,5 @@ def test_nul_in_articles_never_becomes_an_end_of_text_inside_an_article(tmp_path
     pw.main(["--input", str(tmp_path / "a.jsonl"), "--tokenizer", "byte", "--min_chars", "0", "--val_fraction", "0",
              "--out_dir", str(tmp_path), "--name", "nul"])
     assert "removed 8 NUL characters" in capsys.readouterr().out
-    _, decode, _, eot_token = pw.get_tokenizer("byte")
+    _, decode, _, eot_token = data.get_tokenizer("byte")
     assert sorted(read_split(tmp_path / "nul", "train", decode, eot_token)) == [f"Article {i}." for i in range(4)]

@@ -8,16 +8,17 @@ import os
 import numpy as np
 import pytest
 
+import data
 import study
+from configurator import read_config
+from conftest import ROOT
 from model import ModelConfig, build_model
-
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def model_of(suite, run):
-    namespace = {}
-    exec(open(os.path.join(HERE, "config", f"{study.SUITES[suite]['config']}{run}.py")).read(), namespace)
-    return namespace, build_model(ModelConfig(**{k: v for k, v in namespace.items() if k in ModelConfig.flags()}))
+    """The settings of a suite's run's config file, as train.py reads them, and its model."""
+    settings = read_config(os.path.join(ROOT, "config", f"{study.SUITES[suite]['config']}{run}.py"))
+    return settings, build_model(ModelConfig(**{k: v for k, v in settings.items() if k in ModelConfig.flags()}))
 
 
 @pytest.mark.parametrize("suite", sorted(study.SUITES))
@@ -108,7 +109,8 @@ def test_a_long_run_starts_from_the_finished_short_run_of_its_config_and_seed_on
     out = tmp_path / "long" / "baseline_seed0"
     assert study.start_from_shorter_run("long", "baseline", 0, str(out)) == 20
     assert (out / "ckpt.pt").read_bytes() == b"weights at step 20"
-    assert study.read_log(str(out / "log.jsonl"))[-1]["iter"] == 20
+    records, torn = data.read_log(str(out / "log.jsonl"))
+    assert records[-1]["iter"] == 20 and not torn
     assert sorted(p.name for p in out.iterdir()) == ["ckpt.pt", "log.jsonl"]  # no temporary file left
     assert study.start_from_shorter_run("long", "baseline", 1, str(tmp_path / "long" / "baseline_seed1")) is None
     assert study.start_from_shorter_run("long", "baseline", 2, str(tmp_path / "long" / "baseline_seed2")) is None

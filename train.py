@@ -1,7 +1,7 @@
 """
 Train the auto-regressive encoder-decoder transformer, or the decoder-only baseline it is compared with.
 
-    python train.py --dataset=reversal                      # zero-setup demo: the sequence-reversal study's task, in out-reversal/
+    python train.py --dataset=reversal                      # zero-setup demo: the reversal task, in out-reversal/
     python train.py config/paper_encdec_mse_pos_sub.py      # an appendix run of the write-up (prepare the data first)
     python train.py config/cpu_baseline.py --max_iters=100  # a config file, then --key=value overrides
     python train.py --help                                  # every setting, its default and what it means
@@ -13,20 +13,13 @@ The write-up is "Auto-regressive Encoder-Decoder Transformer" (Yan, 2024); its e
 Batches (and dropout masks) are a function of (seed, iteration, micro-step), so a resumed run and a
 DDP run log exactly the losses of one uninterrupted single-process run with the same global batch.
 """
-import ast
-import builtins
 import dataclasses
-import difflib
-import errno
-import inspect
 import json
 import math
 import os
 import re
 import sys
 import time
-import traceback
-import typing
 from contextlib import nullcontext
 
 import numpy as np
@@ -35,12 +28,14 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import reversal
-from prepare_wikipedia import prepare_command
-from evaluate import token_losses, window_starts as token_windows
-from model import ModelConfig, build_model
+from bench import duration, matmul_peak, sync
+from configurator import configure, fail
+from data import check_dataset, load_checkpoint, prepare_hint, truncate_log, write_atomic, write_error
+from evaluate import embedding_norms, split_losses, window_starts as token_windows
+from model import ModelConfig, build_model, logits_needed
 
 # -----------------------------------------------------------------------------
-# training globals; the defaults are the write-up's appendix runs (one A100, 9k steps)
+# settings; the defaults are the write-up's appendix runs (one A100, 9k steps)
 out_dir = ""  # folder for ckpt.pt and log.jsonl; "" means out-<dataset>, e.g. out-reversal
 dataset = "wikipedia"  # data/<dataset>/{train,val}.bin and meta.json, or "reversal" (generated here)
 batch_size = 50  # sequences per micro-batch
@@ -50,7 +45,7 @@ learning_rate = 9e-4  # peak learning rate, reached at the end of the warmup
 decay_lr = True  # linear warmup, then cosine decay to min_lr; False: constant learning_rate
 min_lr = 9e-5  # the learning rate at the end of the cosine decay
 warmup_iters = 300  # steps of linear warmup
-lr_decay_iters = 700000  # steps of warmup plus cosine; far beyond max_iters, as in the write-up: the cosine barely starts
+lr_decay_iters = 700000  # steps of warmup plus cosine; far beyond max_iters, as in the write-up
 weight_decay = 0.1  # AdamW weight decay of matmul weights and embeddings
 beta1 = 0.9  # AdamW beta1
 beta2 = 0.95  # AdamW beta2
@@ -63,119 +58,33 @@ overwrite = False  # True: a run from scratch may replace the checkpoint and log
 always_save_checkpoint = True  # False: save only when the val loss improves
 seed = 1337  # random seed of the initial weights, batches and dropout
 device = "cuda" if torch.cuda.is_available() else "cpu"  # cpu, cuda or cuda:N
-dtype = "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float32"  # float32 | bfloat16 (CUDA only)
+dtype = "bfloat16" if device == "cuda" and torch.cuda.is_bf16_supported() else "float32"  # float32 | bfloat16 (CUDA)
 compile = False  # torch.compile the model
 # every ModelConfig field is a global of the same name; None keeps the variant's default (see model.py)
 globals().update(dict.fromkeys(ModelConfig.flags()))
 # -----------------------------------------------------------------------------
 # config: `python train.py [config/file.py ...] [--key=value ...]`, later ones win
-
-
-def fail(message):
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
-defaults = {k: v for k, v in globals().items() if not k.startswith("_") and isinstance(v, (bool, int, float, str, type(None)))}
-types = {k: type(v) for k, v in defaults.items()}
-types.update({f.name: (typing.get_args(f.type) or (f.type,))[0] for f in dataclasses.fields(ModelConfig)})  # Optional[int] -> int
-user_set = set()
-
-
-def print_help():
-    """Every setting with its default and the comment beside it, here or in model.py's ModelConfig."""
-    comments = {}
-    for line in open(__file__).read().splitlines() + inspect.getsource(ModelConfig).splitlines():
-        match = re.match(r"\s*(\w+)\b[^#]*=[^#]*#\s*(.*)", line)
-        if match and match[1] in defaults:
-            comments.setdefault(match[1], match[2])
-    model_defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
-    model_defaults["vocab_size"] = "None"  # the dataset's, from its meta.json
-    print("usage: python train.py [config/file.py ...] [--key=value ...]  (later ones win; a config file is Python\n"
-          "assignments like `n_layer = 4`). The settings, with their defaults:\n")
-    for key, value in defaults.items():
-        if key == "variant":
-            print("\nmodel settings (ModelConfig in model.py); None keeps the variant's default:")
-        value = model_defaults.get(key, '""' if value == "" else value)
-        meaning = comments.get(key, "see ModelConfig in model.py")
-        print(f"  --{key}={value}".ljust(40) + (" " + meaning if len(f"  --{key}={value}") < 40 else "\n" + " " * 40 + meaning))
-    print("\n--dataset=reversal uses its own, shorter schedule for the settings not given (reversal.SCHEDULE).")
-
-
-def set_config(key, value, source, text=None):
-    if key not in defaults:
-        close = difflib.get_close_matches(key, defaults, n=1, cutoff=0.5)
-        hint = f"did you mean '{close[0]}'?" if close else "see python train.py --help"
-        fail(f"unknown config key '{key}' in {source}; {hint}")
-    want = types[key]
-    if want is str and text is not None and not isinstance(value, str):
-        value = text  # --out_dir=2024 means the string
-    if want is float and type(value) is int:
-        value = float(value)
-    if not (type(value) is want or (value is None and defaults[key] is None)):
-        fail(f"{key}={value!r} in {source} has the wrong type: {key} takes a {want.__name__}, not a {type(value).__name__}")
-    globals()[key] = value
-    user_set.add(key)
-
-
-def read_config_file(path):
-    """The assignments of a config file; an error in it names the file and line, not a traceback."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            code = builtins.compile(f.read(), path, "exec")  # the global `compile` is a setting
-        namespace = {}
-        exec(code, namespace)  # config files are Python assignments, e.g. `n_layer = 4`
-    except UnicodeDecodeError as e:
-        fail(f"config file {path} is not text (byte {e.start} is not UTF-8); give a Python file like config/cpu_baseline.py")
-    except SyntaxError as e:  # also in a config file it imports
-        fail(f"config file {e.filename} line {e.lineno}: {e.msg}; fix the Python there")
-    except ValueError as e:  # a NUL byte
-        fail(f"config file {path} is not Python source ({e}); give a Python file like config/cpu_baseline.py")
-    except Exception as e:
-        frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename != __file__ and not f.filename.startswith(("<", sys.prefix, sys.base_prefix))]
-        where = f"{frames[-1].filename} line {frames[-1].lineno}" if frames else path
-        fail(f"config file {where} raised {type(e).__name__}: {e}; fix the Python there")
-    return namespace
-
-
-if "--help" in sys.argv[1:] or "-h" in sys.argv[1:]:
-    print_help()
-    sys.exit(0)
-for arg in sys.argv[1:]:
-    if arg.startswith("--"):
-        key, has_value, text = arg[2:].partition("=")
-        if not has_value:
-            fail(f"'{arg}' has no value; write --{key}=VALUE (python train.py --help lists the settings)")
-        try:
-            value = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            value = text  # a bare word: a string
-        set_config(key, value, "the command line", text)
-    else:
-        if not os.path.isfile(arg):
-            fail(f"config file '{arg}' not found; give a path like config/cpu_baseline.py, or options as --key=value")
-        for key, value in read_config_file(arg).items():
-            if not key.startswith("_") and not isinstance(value, type(sys)):
-                set_config(key, value, arg)
+defaults = {k: v for k, v in globals().items()
+            if not k.startswith("_") and isinstance(v, (bool, int, float, str, type(None)))}
+user_set = configure(globals(), defaults, sys.argv[1:], ModelConfig, epilog="\n--dataset=reversal uses its own, "
+                     "shorter schedule for the settings not given (reversal.SCHEDULE).")
 if init_from not in ("scratch", "resume"):
     fail(f"init_from={init_from!r} is not allowed; use --init_from=scratch or --init_from=resume")
 out_dir = out_dir or f"out-{dataset}"  # each dataset its own folder, as nanoGPT's out-shakespeare-char
-ckpt_path = os.path.join(out_dir, "ckpt.pt")
+ckpt_path, log_path = os.path.join(out_dir, "ckpt.pt"), os.path.join(out_dir, "log.jsonl")
 resume_command = f"python train.py --out_dir={out_dir} --init_from=resume"
 checkpoint = None
 if init_from == "resume":  # the checkpoint's settings fill in every key not set here
     if not os.path.exists(ckpt_path):
         fail(f"no checkpoint at {ckpt_path} to resume from; train with --init_from=scratch first, or set --out_dir")
-    try:
-        checkpoint = torch.load(ckpt_path, map_location="cpu")
-        saved_config = ModelConfig(**checkpoint["model_config"])
-        saved = checkpoint["train_config"]
-        restored = {k: v for k, v in saved.items() if k not in user_set | {"out_dir", "init_from", "overwrite", "device", "dtype", "compile"}}
-    except Exception as e:
-        fail(f"checkpoint {ckpt_path} is unreadable ({type(e).__name__}); restore a good copy or train from scratch in a new --out_dir")
-    for key in ("dataset", "seed"):  # the seed draws the batches and the evaluation batches: a new one breaks the curves
+    checkpoint, _ = load_checkpoint(out_dir, fix="restore a good copy or train from scratch in a new --out_dir")
+    saved_config, saved = ModelConfig(**checkpoint["model_config"]), checkpoint["train_config"]
+    for key in ("dataset", "seed"):  # the seed draws the batches and the evaluation batches: a new one breaks curves
         if key in user_set and globals()[key] != saved[key]:
-            fail(f"{ckpt_path} was trained with {key}={saved[key]!r}, not {globals()[key]!r}; drop --{key} to resume it")
+            fail(f"{ckpt_path} was trained with {key}={saved[key]!r}, not {globals()[key]!r}; "
+                 f"drop --{key} to resume it")
+    restored = {k: v for k, v in saved.items()
+                if k not in user_set | {"out_dir", "init_from", "overwrite", "device", "dtype", "compile"}}
     globals().update(restored)
     user_set |= restored.keys()
 if dataset == "reversal":  # the sequence-reversal study's toy task has its own, much shorter schedule
@@ -183,7 +92,8 @@ if dataset == "reversal":  # the sequence-reversal study's toy task has its own,
     globals().update(schedule)
     if schedule:
         print("reversal: using its schedule for " + ", ".join(f"{k}={v}" for k, v in schedule.items()))
-# every setting's range, checked before anything is written: one line naming the setting and the fix
+# -----------------------------------------------------------------------------
+# checks: every setting's range, before anything is written; one line naming the setting and the fix
 checks = {  # setting: (is the value allowed?, what to use instead)
     "batch_size": (batch_size >= 1, "use a positive number of sequences"),
     "gradient_accumulation_steps": (gradient_accumulation_steps >= 1, "use a positive number of micro-batches"),
@@ -197,7 +107,8 @@ checks = {  # setting: (is the value allowed?, what to use instead)
     "beta2": (0 <= beta2 < 1, "use a number in [0, 1), e.g. 0.95"),
     "grad_clip": (0 <= grad_clip < math.inf, "use a positive gradient norm, e.g. 1.0, or 0 for no clipping"),
     "eval_interval": (eval_interval >= 1, "use a positive number of steps"),
-    "eval_iters": (eval_iters >= (dataset == "reversal"), "use a positive number of batches, or 0 for every val token (not for reversal)"),
+    "eval_iters": (eval_iters >= (dataset == "reversal"),
+                   "use a positive number of batches, or 0 for every val token (not for reversal)"),
     "log_interval": (log_interval >= 1, "use a positive number of steps"),
     "seed": (0 <= seed < 2 ** 63, "use an integer from 0 to 2**63 - 1"),
     "device": (re.fullmatch(r"cpu|cuda(:\d+)?", device) is not None, "use --device=cpu, cuda or cuda:N"),
@@ -212,12 +123,11 @@ if device.startswith("cuda") and not torch.cuda.is_available():
 if dtype == "bfloat16" and not device.startswith("cuda"):
     fail(f"dtype={dtype!r} is not supported on {device}; use --dtype=float32 (bfloat16 is for CUDA)")
 if init_from == "scratch" and os.path.exists(ckpt_path) and not overwrite:
-    fail(f"{ckpt_path} already holds a trained model; continue it with --init_from=resume, train in another --out_dir, "
-         f"or replace it with --overwrite=True")
+    fail(f"{ckpt_path} already holds a trained model; continue it with --init_from=resume, train in another "
+         f"--out_dir, or replace it with --overwrite=True")
 train_config = {k: globals()[k] for k in defaults}  # saved in checkpoints
 # -----------------------------------------------------------------------------
 # processes and devices
-
 ddp = "RANK" in os.environ  # started by torchrun
 if ddp:
     dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
@@ -229,8 +139,9 @@ else:
     rank, world_size = 0, 1
 master = rank == 0
 if gradient_accumulation_steps % world_size:
-    fail(f"gradient_accumulation_steps={gradient_accumulation_steps} must be divisible by the {world_size} processes; change one of them")
-my_micro_steps = list(range(rank, gradient_accumulation_steps, world_size))  # rank r of W does micro-steps r, r+W, ...
+    fail(f"gradient_accumulation_steps={gradient_accumulation_steps} must be divisible by the {world_size} "
+         f"processes; change one of them")
+my_micro_steps = list(range(rank, gradient_accumulation_steps, world_size))  # rank r of W: micro-steps r, r+W, ...
 device_type = "cuda" if device.startswith("cuda") else "cpu"
 ptdtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
 autocast = torch.autocast(device_type, dtype=ptdtype) if dtype == "bfloat16" else nullcontext()
@@ -238,60 +149,23 @@ torch.backends.cuda.matmul.allow_tf32 = True
 torch.backends.cudnn.allow_tf32 = True
 # -----------------------------------------------------------------------------
 # data: get_batch(split, rng) -> (x, y) on the device
-
 if dataset == "reversal":
     train_sequences, held_out = reversal.split()
     dataset_vocab, block, meta = reversal.VOCAB_SIZE, reversal.BLOCK_SIZE, {}
     if context_size < block:
-        fail(f"context_size={context_size} is too short for reversal sequences of {block} tokens; leave context_size unset")
+        fail(f"context_size={context_size} is too short for reversal sequences of {block} tokens; "
+             f"leave context_size unset")
 
     def get_batch_cpu(split, rng):
         return reversal.get_batch(train_sequences if split == "train" else held_out, batch_size, rng)
 else:
     data_dir = os.path.join("data", dataset)
-    wanted_tokenizer = "byte" if vocab_size is not None and vocab_size <= 256 else "gpt2"  # a byte-level config needs byte tokens
-
-    def prepare(tokenizer):
-        """The command that builds data/<dataset> with this tokenizer."""
-        command = prepare_command(dataset)
-        return f"`{command}`" if "--tokenizer" in command or tokenizer == "gpt2" else f"`{command} --tokenizer={tokenizer}`"
-
-    if not all(os.path.exists(os.path.join(data_dir, f)) for f in ("train.bin", "val.bin", "meta.json")):
-        fail(f"dataset '{dataset}' not found in {data_dir}/: run {prepare(wanted_tokenizer)}, or try --dataset=reversal, which needs no data")
-    # the dataset is checked once here, not found broken mid-training: meta.json, sizes, token ids
-    try:
-        with open(os.path.join(data_dir, "meta.json"), encoding="utf-8") as f:
-            meta = json.load(f)
-        dataset_vocab = meta["vocab_size"]
-    except (ValueError, KeyError, TypeError):
-        dataset_vocab = None
-    if type(dataset_vocab) is not int or dataset_vocab < 1:
-        fail(f"{data_dir}/meta.json is not a JSON object with a positive vocab_size; prepare the dataset again: {prepare(wanted_tokenizer)}")
-    again = f"prepare the dataset again: {prepare(meta.get('tokenizer', wanted_tokenizer))}"
     block = context_size or ModelConfig.context_size
-    for split in ("train", "val"):
-        path, expected = os.path.join(data_dir, f"{split}.bin"), meta.get(f"{split}_tokens")
-        n_bytes = os.path.getsize(path)
-        if n_bytes % 2:
-            fail(f"{path} has an odd number of bytes ({n_bytes:,}), not 2 per token: it was cut short; {again}")
-        if expected is not None and n_bytes != 2 * expected:
-            fail(f"{path} has {n_bytes // 2:,} tokens, but meta.json says {split}_tokens={expected:,}: a file cut short, "
-                 f"or files of different preparations; {again}")
-        if n_bytes == 0 and split == "val":
-            fail(f"{path} is empty (prepared with --val_fraction 0); {again} with --val_fraction 0.05")
-        if n_bytes // 2 <= block:
-            fail(f"{path} has {n_bytes // 2} tokens, too few for context_size={block}; prepare more text or lower --context_size")
-        tokens = np.memmap(path, dtype=np.uint16, mode="r")
-        largest = int(tokens.max())
-        if largest >= dataset_vocab:
-            fail(f"{path} holds token id {largest}, but meta.json's vocab_size is {dataset_vocab}: "
-                 f"files of different preparations; {again}")
-        if meta.get(f"{split}_token_sum") not in (None, int(tokens.sum(dtype=np.uint64))):
-            fail(f"{path} does not hold the tokens meta.json was written for ({split}_token_sum differs): "
-                 f"files of different preparations, or a damaged file; {again}")
+    meta = check_dataset(dataset, block, vocab_size)
+    dataset_vocab = meta["vocab_size"]
 
     def get_batch_cpu(split, rng):
-        data = np.memmap(os.path.join(data_dir, f"{split}.bin"), dtype=np.uint16, mode="r")  # reopened: no memory growth
+        data = np.memmap(os.path.join(data_dir, f"{split}.bin"), dtype=np.uint16, mode="r")  # reopened: no growth
         ix = rng.integers(len(data) - block, size=batch_size)
         x = torch.from_numpy(np.stack([data[i:i + block] for i in ix]).astype(np.int64))
         y = torch.from_numpy(np.stack([data[i + 1:i + 1 + block] for i in ix]).astype(np.int64))
@@ -317,11 +191,12 @@ def eval_rng(split, k):
 if vocab_size is None:
     vocab_size = dataset_vocab
 elif vocab_size < dataset_vocab:  # e.g. a byte-level config (256) on GPT-2 tokens
+    wanted_tokenizer = "byte" if vocab_size <= 256 else "gpt2"
     fail(f"vocab_size={vocab_size} is smaller than the dataset's {dataset_vocab} tokens; leave vocab_size unset"
-         + (f", or prepare data/{dataset} again: {prepare(wanted_tokenizer)}" if dataset != "reversal" else ""))
+         + (f", or prepare data/{dataset} again: {prepare_hint(dataset, wanted_tokenizer)}"
+            if dataset != "reversal" else ""))
 # -----------------------------------------------------------------------------
 # model, optimizer, checkpoint
-
 try:
     config = ModelConfig(**{k: globals()[k] for k in ModelConfig.flags() if globals()[k] is not None})
 except ValueError as e:
@@ -332,10 +207,12 @@ if checkpoint is not None:
     if diffs:
         fail(f"{ckpt_path} was trained with {', '.join(f'{k}={v!r}' for k, v, _ in diffs)}, but this run asks for "
              f"{', '.join(f'{k}={new!r}' for k, _, new in diffs)}; drop those flags to resume"
-             + (f" (vocab_size comes from data/{dataset}/meta.json: prepare it as for training)" if "vocab_size" in [d[0] for d in diffs] else ""))
+             + (f" (vocab_size comes from data/{dataset}/meta.json: prepare it as for training)"
+                if "vocab_size" in [d[0] for d in diffs] else ""))
     iter_num, best_val_loss = checkpoint["iter_num"], checkpoint["best_val_loss"]
     # the tokens trained on so far, carried over: a resume may change batch_size (older checkpoints: computed)
-    tokens_seen = checkpoint.get("tokens", iter_num * saved["gradient_accumulation_steps"] * saved["batch_size"] * saved_config.context_size)
+    tokens_seen = checkpoint.get("tokens", iter_num * saved["gradient_accumulation_steps"] * saved["batch_size"]
+                                 * saved_config.context_size)
 start_iter = saved_iter = iter_num  # saved_iter: the iteration of the checkpoint in out_dir (None: none yet)
 if init_from == "scratch":
     saved_iter = None
@@ -349,8 +226,7 @@ if checkpoint is not None:
     if device_type == "cuda" and checkpoint["rng"]["cuda"] is not None:
         torch.cuda.set_rng_state(checkpoint["rng"]["cuda"].cpu())
     checkpoint = None  # free the memory
-# the (B, T, vocab) logits are not needed here; on a CPU, skipping them pays off for large vocabularies (measured: 50257, not 256)
-return_logits = device_type == "cuda" or config.vocab_size < 8192
+return_logits = logits_needed(config, device_type)
 model = torch.compile(raw_model) if compile else raw_model
 eval_model = model
 if ddp:
@@ -359,32 +235,22 @@ if ddp:
 
 def stop_write_failed(path, error):
     """A failed write, most often a full disk: one line; what was written before is kept."""
-    reason = "the disk is full" if error.errno == errno.ENOSPC else error.strerror or str(error)
-    kept = f"the checkpoint {ckpt_path} (iteration {saved_iter}) is kept" if saved_iter is not None else "no checkpoint was saved yet"
-    fail(f"could not write {path}: {reason}; {kept}. Free some space, then "
+    kept = (f"the checkpoint {ckpt_path} (iteration {saved_iter}) is kept" if saved_iter is not None
+            else "no checkpoint was saved yet")
+    fail(f"could not write {path}: {write_error(error)}; {kept}. Free some space, then "
          + (f"continue with `{resume_command}`" if saved_iter is not None else "start again"))
-
-
-def write_atomic(path, write):
-    """write(f) into path.tmp, then rename it over path: a crash or a full disk leaves the previous file whole."""
-    try:
-        with open(path + ".tmp", "wb") as f:
-            write(f)
-        os.replace(path + ".tmp", path)
-    except OSError as e:
-        if os.path.exists(path + ".tmp"):
-            os.remove(path + ".tmp")
-        stop_write_failed(path, e)
 
 
 def save_checkpoint():
     global saved_iter
-    checkpoint = {"model_config": dataclasses.asdict(config), "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
+    checkpoint = {"model_config": dataclasses.asdict(config), "model": raw_model.state_dict(),
+                  "optimizer": optimizer.state_dict(),
                   "iter_num": iter_num,  # also the data position: batches are a function of (seed, iteration)
                   "tokens": tokens_seen, "best_val_loss": best_val_loss, "train_config": train_config,
                   "dataset_meta": meta,  # sample.py checks that data/<dataset>/meta.json still has this tokenizer
-                  "rng": {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None}}
-    write_atomic(ckpt_path, lambda f: torch.save(checkpoint, f))
+                  "rng": {"cpu": torch.get_rng_state(),
+                          "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None}}
+    write_atomic(ckpt_path, lambda f: torch.save(checkpoint, f), on_error=stop_write_failed)
     saved_iter = iter_num
 
 
@@ -405,16 +271,8 @@ def get_lr(it):
         return min_lr
     progress = (it - warmup_iters) / max(1, lr_decay_iters - warmup_iters)
     return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (learning_rate - min_lr)
-
-
-def embedding_norms():
-    """The embedding loss's LayerNorm gains and biases: gains of zero with equal biases make the loss zero whatever E is."""
-    norms = {}
-    for name in ("ln_embed", "ln_encoder_out"):
-        ln = getattr(raw_model, name, None)
-        if ln is not None and ln.weight is not None:
-            norms[f"{name}_gain_norm"], norms[f"{name}_bias_norm"] = ln.weight.norm().item(), ln.bias.norm().item()
-    return norms
+# -----------------------------------------------------------------------------
+# evaluation
 
 
 @torch.no_grad()
@@ -423,17 +281,12 @@ def evaluate():
     eval_model.eval()
     out = {}
     if eval_iters == 0 and dataset != "reversal":  # every val token once, and as many train windows spread evenly
-        val_tokens = np.memmap(os.path.join(data_dir, "val.bin"), dtype=np.uint16, mode="r")
-        n_windows = len(token_windows(len(val_tokens), block))
-        for split in ("train", "val"):
-            tokens = val_tokens if split == "val" else np.memmap(os.path.join(data_dir, "train.bin"), dtype=np.uint16, mode="r")
-            starts = None if split == "val" else np.linspace(0, len(tokens) - block - 1, n_windows).astype(int).tolist()
-            out[f"{split}_loss"] = float(token_losses(raw_model, tokens, block, batch_size, device, starts, autocast).mean())
+        out.update(split_losses(raw_model, data_dir, block, batch_size, device, autocast))
         if config.embedding_loss != "none":  # on one fixed batch: it is not a per-token figure
             with autocast:
-                eval_model(*get_batch("val", eval_rng("val", 0)), return_logits=return_logits)
-            out["val_embedding_loss"] = raw_model.last_loss_terms["embedding"]
-        out.update(embedding_norms())
+                _, _, terms = eval_model(*get_batch("val", eval_rng("val", 0)), return_logits=return_logits)
+            out["val_embedding_loss"] = terms["embedding"].item()
+        out.update(embedding_norms(raw_model))
         eval_model.train()
         return out
     for split in ("train", "val"):
@@ -441,36 +294,23 @@ def evaluate():
         for k in range(eval_iters):
             x, y = get_batch(split, eval_rng(split, k))
             with autocast:
-                eval_model(x, y, return_logits=return_logits)
-            terms = raw_model.last_loss_terms
-            ce.append(terms["ce"])
-            embedding.append(terms["embedding"])
+                _, _, terms = eval_model(x, y, return_logits=return_logits)
+            ce.append(terms["ce"].item())
+            embedding.append(None if terms["embedding"] is None else terms["embedding"].item())
         out[f"{split}_loss"] = sum(ce) / len(ce)
         out[f"{split}_embedding_loss"] = None if embedding[0] is None else sum(embedding) / len(embedding)
-    out.update(embedding_norms())
+    out.update(embedding_norms(raw_model))
     if dataset == "reversal":
         out["val_accuracy"] = reversal.accuracy(raw_model, held_out, device)
     eval_model.train()
     return out
-
-
-def measure_peak_flops():
-    """FLOP/s of a large matmul in the run's dtype: the MFU denominator, measured since a CPU has no datasheet peak."""
-    n = 4096 if device_type == "cuda" else 1024
-    a, b = torch.randn(n, n, device=device, dtype=ptdtype), torch.randn(n, n, device=device, dtype=ptdtype)
-    seconds = []
-    for _ in range(10):
-        t0 = time.perf_counter()
-        a @ b
-        if device_type == "cuda":
-            torch.cuda.synchronize()
-        seconds.append(time.perf_counter() - t0)
-    return 2 * n ** 3 / min(seconds)  # the fastest try: the least disturbed by warm-up and other processes
+# -----------------------------------------------------------------------------
+# speed: the run's time, estimated before it starts
 
 
 @torch.no_grad()
 def seconds_per_forward():
-    """Seconds of one evaluation forward pass (the faster of two: the first warms up); a training step costs about 3."""
+    """Seconds of one evaluation forward pass (the faster of two: the first warms up); a training step costs ~3."""
     raw_model.eval()
     x, y = get_batch("val", eval_rng("val", 0))
     seconds = []
@@ -478,8 +318,7 @@ def seconds_per_forward():
         t0 = time.perf_counter()
         with autocast:
             raw_model(x, y, return_logits=return_logits)
-        if device_type == "cuda":
-            torch.cuda.synchronize()
+        sync(device)
         seconds.append(time.perf_counter() - t0)
     raw_model.train()
     return min(seconds)
@@ -490,58 +329,33 @@ def evals_left(it):
     return max(0, max_iters // eval_interval - (it - 1) // eval_interval) + (max_iters % eval_interval != 0)
 
 
-def duration(seconds):
-    """e.g. 350 ms, 45 s, 12 min, 3.2 h, 2.5 days"""
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h" if seconds < 48 * 3600 else f"{seconds / 86400:.1f} days"
-
-
 def on_interrupt(kind, value, tb):
     """Ctrl-C: one line saying where the last checkpoint is, instead of a traceback."""
     if not issubclass(kind, KeyboardInterrupt):
         return sys.__excepthook__(kind, value, tb)
-    for path in (ckpt_path + ".tmp", log_path + ".tmp"):  # a save or log rewrite cut short
-        if os.path.exists(path):
-            os.remove(path)
-    if master:
-        print(f"interrupted at iteration {iter_num}: " + (f"the last checkpoint is {ckpt_path} (iteration {saved_iter}); continue "
-              f"with `{resume_command}`" if saved_iter is not None else "no checkpoint was saved yet"), file=sys.stderr)
+    if master:  # (write_atomic removes the temporary file of a save cut short)
+        print(f"interrupted at iteration {iter_num}: " + (
+            f"the last checkpoint is {ckpt_path} (iteration {saved_iter}); continue with `{resume_command}`"
+            if saved_iter is not None else "no checkpoint was saved yet"), file=sys.stderr)
 
 
 def stop_non_finite(what):
     fail(f"non-finite {what} at iteration {iter_num}: stopped; the last good checkpoint {ckpt_path} is kept. "
          f"Lower --learning_rate or raise --warmup_iters")
-
-
 # -----------------------------------------------------------------------------
 # training loop
 
+
 tokens_per_iter = gradient_accumulation_steps * batch_size * block
 flops_per_token = raw_model.flops_per_token(block)
-peak_flops = measure_peak_flops()
-log_path = os.path.join(out_dir, "log.jsonl")
+# the MFU denominator: the fastest of 10 large matmuls in the run's dtype, measured since a CPU has no datasheet peak
+peak_flops = matmul_peak(device, ptdtype, 4096 if device_type == "cuda" else 1024, 10, warmup=0, pick=min)
 sys.excepthook = on_interrupt
 if master:
     os.makedirs(out_dir, exist_ok=True)
-    if init_from == "resume" and os.path.exists(log_path):  # drop what was logged after the checkpoint, and a torn last line
-        with open(log_path, "rb") as f:
-            lines = [line for line in f.read().split(b"\n") if line.strip()]
-        kept = []
-        for i, line in enumerate(lines):
-            try:
-                if json.loads(line)["iter"] <= iter_num:
-                    kept.append(line + b"\n")
-            except (ValueError, KeyError, TypeError):
-                if i < len(lines) - 1:
-                    fail(f"{log_path} line {i + 1} is not a JSON record; delete that line, then resume again")
-                print(f"{log_path}: dropped its last line, cut short by a crash or a full disk")
-        write_atomic(log_path, lambda f: f.writelines(kept))
-    elif init_from == "scratch":  # checked above: no checkpoint here, or --overwrite=True
+    if init_from == "resume":
+        truncate_log(log_path, iter_num, on_error=stop_write_failed)
+    else:  # checked above: no checkpoint here, or --overwrite=True
         for path in (log_path, ckpt_path):
             if os.path.exists(path):
                 os.remove(path)
@@ -550,10 +364,12 @@ if master:
           + (f"resuming at iteration {iter_num}" if init_from == "resume" else "from scratch"))
     # early, before a long first evaluation: how long the run will take, timed on one forward pass
     forward = seconds_per_forward()
-    eval_batches = eval_iters or math.ceil(len(token_windows(os.path.getsize(os.path.join(data_dir, "val.bin")) // 2, block)) / batch_size)
+    eval_batches = eval_iters or math.ceil(
+        len(token_windows(os.path.getsize(os.path.join(data_dir, "val.bin")) // 2, block)) / batch_size)
     iter_seconds, eval_seconds = 3 * len(my_micro_steps) * forward, 2 * eval_batches * forward
     total = (max_iters - iter_num) * iter_seconds + evals_left(iter_num + (init_from == "resume")) * eval_seconds
-    print(f"estimated: {duration(iter_seconds)} per iteration, {duration(eval_seconds)} per evaluation, {duration(total)} in all", flush=True)
+    print(f"estimated: {duration(iter_seconds)} per iteration, {duration(eval_seconds)} per evaluation, "
+          f"{duration(total)} in all", flush=True)
     if device_type == "cpu" and total > 3 * 3600:
         print(f"warning: this run would take about {duration(total)} on this CPU; for a CPU-sized run, "
               f"try `python train.py config/cpu_baseline.py` (minutes)", flush=True)
@@ -563,18 +379,20 @@ while True:
     lr = get_lr(iter_num)
     for group in optimizer.param_groups:
         group["lr"] = lr
-    if (iter_num % eval_interval == 0 or iter_num >= max_iters) and not (init_from == "resume" and iter_num == start_iter):
-        if device_type == "cuda":
-            torch.cuda.synchronize()
+    resumed_here = init_from == "resume" and iter_num == start_iter  # its evaluation is in the log already
+    if (iter_num % eval_interval == 0 or iter_num >= max_iters) and not resumed_here:
+        sync(device)
         tokens_per_sec = interval_tokens / (time.time() - interval_start) if interval_tokens else None
         if master:
             if eval_seconds > 30:  # a long evaluation says so first
                 print(f"eval {iter_num}: evaluating, about {duration(eval_seconds)}", flush=True)
             eval_start = time.time()
             record = {"iter": iter_num, "tokens": tokens_seen, **evaluate(), "lr": lr,
-                      "grad_norm": grad_norm.item() if iter_num > start_iter else None, "tokens_per_sec": tokens_per_sec,
-                      "mfu": None if tokens_per_sec is None else flops_per_token * tokens_per_sec / world_size / peak_flops}
-            bad = [f"{k}={v}" for k, v in record.items() if k.endswith("loss") and v is not None and not math.isfinite(v)]
+                      "grad_norm": grad_norm.item() if iter_num > start_iter else None,
+                      "tokens_per_sec": tokens_per_sec,
+                      "mfu": tokens_per_sec and flops_per_token * tokens_per_sec / world_size / peak_flops}
+            bad = [f"{k}={v}" for k, v in record.items()
+                   if k.endswith("loss") and v is not None and not math.isfinite(v)]
             if bad:
                 stop_non_finite(", ".join(bad))
             eval_seconds = time.time() - eval_start
@@ -591,31 +409,31 @@ while True:
 
     for micro_step in my_micro_steps:
         rng = batch_rng(iter_num, micro_step)
-        torch.manual_seed(int(rng.integers(2 ** 62)))  # dropout masks, like the batch, depend on (seed, it, micro_step) only
+        torch.manual_seed(int(rng.integers(2 ** 62)))  # dropout masks, like the batch, depend on (seed, it, micro_step)
         x, y = get_batch("train", rng)
         # gradients are all-reduced (averaged over processes) only after the last micro-step
         with model.no_sync() if ddp and micro_step != my_micro_steps[-1] else nullcontext():
             with autocast:
-                _, loss = model(x, y, return_logits=return_logits)
+                _, loss, terms = model(x, y, return_logits=return_logits)
             (loss / len(my_micro_steps)).backward()  # the mean over the global batch, once DDP has averaged
-    grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), grad_clip or float("inf"))  # the norm before clipping
+    grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), grad_clip or float("inf"))  # before clipping
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     iter_num += 1
     interval_tokens += tokens_per_iter
     tokens_seen += tokens_per_iter
 
-    if iter_num % log_interval == 0 and not math.isfinite(loss.item()):  # the only place the hot loop waits for the device
+    if iter_num % log_interval == 0 and not math.isfinite(loss.item()):  # the only place the loop waits for the device
         stop_non_finite(f"loss={loss.item()}")
     if master and (iter_num % log_interval == 0 or time.time() - last_print > 60):  # and a line a minute in slow runs
-        terms = raw_model.last_loss_terms  # speeds are averages since the last evaluation
-        tokens_per_sec = interval_tokens / (time.time() - interval_start)
+        tokens_per_sec = interval_tokens / (time.time() - interval_start)  # speeds: averages since the last evaluation
         iter_seconds = tokens_per_iter / tokens_per_sec
-        embedding = f", embedding loss {terms['embedding']:.3e}" if terms["embedding"] is not None else ""
-        print(f"iter {iter_num}: loss {terms['ce']:.4f}{embedding}, grad norm {grad_norm.item():.3f}, lr {lr:.2e}, "
-              f"{iter_seconds * 1000:.0f} ms/iter, {tokens_per_sec:,.0f} tokens/s, "
+        embedding = f", embedding loss {terms['embedding'].item():.3e}" if terms["embedding"] is not None else ""
+        print(f"iter {iter_num}: loss {terms['ce'].item():.4f}{embedding}, grad norm {grad_norm.item():.3f}, "
+              f"lr {lr:.2e}, {iter_seconds * 1000:.0f} ms/iter, {tokens_per_sec:,.0f} tokens/s, "
               f"mfu {flops_per_token * tokens_per_sec / world_size / peak_flops:.1%}, "
-              f"ETA {duration((max_iters - iter_num) * iter_seconds + evals_left(iter_num) * eval_seconds)}", flush=True)
+              f"ETA {duration((max_iters - iter_num) * iter_seconds + evals_left(iter_num) * eval_seconds)}",
+              flush=True)
         last_print = time.time()
 if master:
     print(f"done: {iter_num} iterations in {time.time() - run_start:.1f}s; checkpoint and log in {out_dir}/")

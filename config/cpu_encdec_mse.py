@@ -1,11 +1,5 @@
 # CPU scale: encoder-decoder with the MSE embedding loss
-from config.cpu_base import *
+from config.cpu_encdec_none import *
 out_dir = "out/cpu_encdec_mse"
-variant = "encdec"
-n_embed = 88
-n_head = 4
-n_layer = 4  # per side
-cross_n_head = 8
 embedding_loss = "mse"
 embedding_loss_coeff = 1.0
-sub_pos_embed = "no"

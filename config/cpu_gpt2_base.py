@@ -2,7 +2,8 @@
 # over a small text, train loss far below val loss. About 10 minutes per run on one core of a 2-core x86 CPU.
 # Prepare the data once (WikiText-2's validation text, GPT-2 tokens renumbered to the 13,873 that occur):
 #   python prepare_wikipedia.py --wikitext2=valid --tokenizer=gpt2 --compact_vocab
-# As in the write-up, each encoder-decoder has at most the parameters of cpu_gpt2_baseline.py (checked by test_train.py).
+# As in the write-up, each encoder-decoder has at most the parameters of cpu_gpt2_baseline.py (checked by the
+# tests).
 dataset = "wikitext2_valid_gpt2c"
 vocab_size = 13873  # the compacted GPT-2 vocabulary (what data/wikitext2_valid_gpt2c/meta.json says)
 device = "cpu"

@@ -1,0 +1,135 @@
+"""
+How the scripts take their settings, nanoGPT style: plain globals with defaults, then config files (Python
+assignments such as `n_layer = 4`), then `--key=value` arguments; later ones win. Also `--help`, "did you mean"
+for a mistyped key, and `fail`, the one way a script stops on bad input: one line, never a traceback.
+
+    defaults = {...: the script's settings}
+    user_set = configure(globals(), defaults, sys.argv[1:], ModelConfig)
+    read_config("config/cpu_baseline.py")   # {name: value}, for any script that reads a config file
+"""
+import ast
+import dataclasses
+import difflib
+import inspect
+import os
+import re
+import sys
+import traceback
+import typing
+
+# names from nanoGPT and Hugging Face configs, and what the same setting is called here
+ALIASES = {
+    "block_size": "context_size", "n_ctx": "context_size", "n_positions": "context_size",
+    "max_position_embeddings": "context_size", "seq_len": "context_size",
+    "n_embd": "n_embed", "hidden_size": "n_embed", "d_model": "n_embed",
+    "n_layers": "n_layer", "num_layers": "n_layer", "num_hidden_layers": "n_layer",
+    "n_heads": "n_head", "num_heads": "n_head", "num_attention_heads": "n_head",
+    "attn_pdrop": "dropout", "resid_pdrop": "dropout", "embd_pdrop": "dropout", "hidden_dropout_prob": "dropout",
+    "lr": "learning_rate", "min_learning_rate": "min_lr", "max_steps": "max_iters", "warmup_steps": "warmup_iters",
+    "lr_decay_steps": "lr_decay_iters", "max_grad_norm": "grad_clip", "adam_beta1": "beta1", "adam_beta2": "beta2",
+    "eval_steps": "eval_interval", "logging_steps": "log_interval", "output_dir": "out_dir",
+    "per_device_train_batch_size": "batch_size", "micro_batch_size": "batch_size",
+}
+
+
+def fail(message):
+    """Stop with `error: message` on stderr and exit status 1; the message names the problem and the fix."""
+    raise SystemExit(f"error: {message}")
+
+
+def read_config(path):
+    """The settings a config file assigns, {name: value}; an error in it names the file and line, not a traceback.
+    A config file may import a sibling it extends: `from config.cpu_base import *`."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            code = compile(f.read(), path, "exec")
+        namespace = {}
+        exec(code, namespace)
+    except UnicodeDecodeError as e:
+        fail(f"config file {path} is not text (byte {e.start} is not UTF-8); "
+             f"give a Python file like config/cpu_baseline.py")
+    except SyntaxError as e:  # also in a config file it imports
+        fail(f"config file {e.filename} line {e.lineno}: {e.msg}; fix the Python there")
+    except ValueError as e:  # a NUL byte
+        fail(f"config file {path} is not Python source ({e}); give a Python file like config/cpu_baseline.py")
+    except Exception as e:
+        frames = [f for f in traceback.extract_tb(e.__traceback__)
+                  if f.filename != __file__ and not f.filename.startswith(("<", sys.prefix, sys.base_prefix))]
+        where = f"{frames[-1].filename} line {frames[-1].lineno}" if frames else path
+        fail(f"config file {where} raised {type(e).__name__}: {e}; fix the Python there")
+    return {k: v for k, v in namespace.items() if not k.startswith("_") and not isinstance(v, type(sys))}
+
+
+def suggestion(key, known):
+    """'did you mean ...?' for an unknown key: its name here if it is a nanoGPT or Hugging Face name, else the
+    closest known key."""
+    if ALIASES.get(key) in known:
+        return f"did you mean '{ALIASES[key]}'? ({key} is called {ALIASES[key]} here)"
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
+    return f"did you mean '{close[0]}'?" if close else "see python train.py --help"
+
+
+def print_help(defaults, sources, model_config, epilog):
+    """Every setting with its default and the comment beside it in the script's or the model config's source."""
+    comments = {}
+    for line in sources:
+        match = re.match(r"\s*(\w+)\b[^#]*=[^#]*#\s*(.*)", line)
+        if match and match[1] in defaults:
+            comments.setdefault(match[1], match[2])
+    model_defaults = {f.name: f.default for f in dataclasses.fields(model_config)}
+    model_defaults["vocab_size"] = "None"  # the dataset's, from its meta.json
+    print("usage: python train.py [config/file.py ...] [--key=value ...]  (later ones win; a config file is Python\n"
+          "assignments like `n_layer = 4`). The settings, with their defaults:\n")
+    for key, value in defaults.items():
+        if key == "variant":
+            print("\nmodel settings (ModelConfig in model.py); None keeps the variant's default:")
+        value = model_defaults.get(key, '""' if value == "" else value)
+        meaning = comments.get(key, "see ModelConfig in model.py")
+        line = f"  --{key}={value}"
+        print(line.ljust(40) + (" " + meaning if len(line) < 40 else "\n" + " " * 40 + meaning))
+    print(epilog)
+
+
+def configure(settings, defaults, argv, model_config, epilog=""):
+    """Apply config files and --key=value arguments (argv) to `settings` (a script's globals()), checking each key
+    and type against `defaults`; model_config is the dataclass whose fields are settings too. Returns the keys set."""
+    types = {k: type(v) for k, v in defaults.items()}
+    # Optional[int] -> int
+    types.update({f.name: (typing.get_args(f.type) or (f.type,))[0] for f in dataclasses.fields(model_config)})
+    user_set = set()
+
+    def set_config(key, value, source, text=None):
+        if key not in defaults:
+            fail(f"unknown config key '{key}' in {source}; {suggestion(key, defaults)}")
+        want = types[key]
+        if want is str and text is not None and not isinstance(value, str):
+            value = text  # --out_dir=2024 means the string
+        if want is float and type(value) is int:
+            value = float(value)
+        if not (type(value) is want or (value is None and defaults[key] is None)):
+            fail(f"{key}={value!r} in {source} has the wrong type: {key} takes a {want.__name__}, "
+                 f"not a {type(value).__name__}")
+        settings[key] = value
+        user_set.add(key)
+
+    if "--help" in argv or "-h" in argv:
+        source_lines = open(settings["__file__"]).read().splitlines() + inspect.getsource(model_config).splitlines()
+        print_help(defaults, source_lines, model_config, epilog)
+        sys.exit(0)
+    for arg in argv:
+        if arg.startswith("--"):
+            key, has_value, text = arg[2:].partition("=")
+            if not has_value:
+                fail(f"'{arg}' has no value; write --{key}=VALUE (python train.py --help lists the settings)")
+            try:
+                value = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                value = text  # a bare word: a string
+            set_config(key, value, "the command line", text)
+        else:
+            if not os.path.isfile(arg):
+                fail(f"config file '{arg}' not found; give a path like config/cpu_baseline.py, "
+                     f"or options as --key=value")
+            for key, value in read_config(arg).items():
+                set_config(key, value, arg)
+    return user_set

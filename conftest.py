@@ -1,0 +1,205 @@
+"""What the tests share: running the scripts, the one-line error check, stand-in texts, tiny models, a prepared
+dataset with a finished run, a compacted-vocabulary dataset and a fake WikiText-2 host. CPU only, no network
+beyond 127.0.0.1.
+
+    python -m pytest -q                 # everything (~5 minutes on a 2-core CPU)
+    python -m pytest -q test_train.py   # one file of the project
+
+Each test_X.py is about X.py (test_configs.py: the config/ files); a test module imports its helpers from here,
+never from another test module.
+"""
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import numpy as np
+import pytest
+import torch
+
+import prepare_wikipedia as pw
+from model import ModelConfig, build_model
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+# one thread per script run: the machine has two cores; PYTHONPATH: the scripts import each other from any folder
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}
+
+
+def run(script, *args, cwd, check=True, timeout=300, env=None):
+    """Run ROOT/script with args in cwd; check: it must succeed. env: variables added to ENV."""
+    result = subprocess.run([sys.executable, os.path.join(ROOT, script), *args], cwd=cwd, env={**ENV, **(env or {})},
+                            capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def assert_one_line_error(error, *fragments):
+    """How every script stops on bad input: one line `error: ...` holding each fragment, and no traceback.
+    error: a finished process (then its exit status must be 1, and the line is its stderr), or the text itself
+    (stderr, or str(SystemExit.code) of a call in this process)."""
+    if isinstance(error, subprocess.CompletedProcess):
+        assert error.returncode == 1, (error.returncode, error.stderr)
+        error = error.stderr
+    assert "Traceback" not in error, error
+    lines = error.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), error
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+# -----------------------------------------------------------------------------
+# stand-in texts
+
+
+ASCII_WORDS = ["the", "river", "castle", "was", "built", "in", "a", "year", "by", "king", "of", "north", "and", "its",
+               "walls"]
+WORDS = ASCII_WORDS + ["naïve", "café", "1846", "—", "Zürich"]
+
+
+def word_articles(words, n_articles, n_words):
+    """WikiText-style text: n_articles articles ' = Article i = ' of n_words words drawn from `words` (seed 0)."""
+    rng = np.random.default_rng(0)
+    return "".join(f" = Article {i} = \n\n " + " ".join(rng.choice(words, size=n_words)) + " .\n"
+                   for i in range(n_articles))
+
+
+def make_wikitext(path, num_articles=12):
+    """A small WikiText-style file with sections and subsections; returns the titles."""
+    titles = [f"Topic {i} ( {['river', 'song', 'ship'][i % 3]} )" for i in range(num_articles)]
+    with open(path, "w", encoding="utf-8") as f:
+        for i, title in enumerate(titles):
+            f.write(f" \n = {title} = \n \n {title} is the subject number {i} of this text . \n \n")
+            f.write(f" = = History = = \n \n It was first seen in 19{i:02d} . \n \n")
+            f.write(f" = = = Later years = = = \n \n Nothing = else happened to topic {i} . \n \n")
+    return titles
+
+# -----------------------------------------------------------------------------
+# models
+
+
+def tiny_model(vocab_size=50, context_size=16, **flags):
+    """A one-layer model of width 16, the same weights each call, in eval mode."""
+    torch.manual_seed(0)
+    return build_model(ModelConfig(vocab_size=vocab_size, context_size=context_size, n_layer=1, n_embed=16, n_head=2,
+                                   **flags)).eval()
+
+# -----------------------------------------------------------------------------
+# a prepared byte-level dataset and a finished run: train.py, sample.py, data.py and configurator.py tests
+
+
+TINY = ["--dataset=tiny", "--variant=encdec", "--n_layer=1", "--n_embed=32", "--n_head=2", "--context_size=32",
+        "--batch_size=4", "--gradient_accumulation_steps=2", "--eval_interval=2", "--eval_iters=2", "--log_interval=1",
+        "--warmup_iters=2", "--lr_decay_iters=8", "--learning_rate=3e-3", "--device=cpu"]
+
+
+def train(cwd, out_dir, *args, check=True):
+    """train.py on data/tiny with the TINY settings, into out_dir; later args win."""
+    return run("train.py", *TINY, f"--out_dir={out_dir}", *args, cwd=cwd, check=check)
+
+
+def log(cwd, out_dir):
+    with open(os.path.join(cwd, out_dir, "log.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.fixture(scope="session")
+def workdir(tmp_path_factory):
+    """A folder with data/tiny (prepared by prepare_wikipedia.py) and one finished 6-iteration run in out_full.
+    Shared by the whole session: a test adds only files and run folders of its own (out_<name>), or works on a
+    copy (copy_run); none changes data/tiny or out_full."""
+    root = tmp_path_factory.mktemp("train")
+    (root / "text.txt").write_text(word_articles(ASCII_WORDS, 20, 150))
+    run("prepare_wikipedia.py", "--input", "text.txt", "--name", "tiny", "--tokenizer", "byte", "--val_fraction",
+        "0.1", cwd=root)
+    train(root, "out_full", "--max_iters=6")
+    return root
+
+
+def copy_run(workdir, tmp_path, name="out"):
+    """tmp_path with data/tiny and a copy of the finished 6-iteration run in tmp_path/name."""
+    shutil.copytree(workdir / "data" / "tiny", tmp_path / "data" / "tiny")
+    shutil.copytree(workdir / "out_full", tmp_path / name)
+    return tmp_path / name
+
+# -----------------------------------------------------------------------------
+# a compacted GPT-2 vocabulary: data.py and evaluate.py tests
+
+
+@pytest.fixture(scope="session")
+def compact(tmp_path_factory):
+    """data/small prepared with --tokenizer gpt2 --compact_vocab from a generated WikiText-style text."""
+    root = tmp_path_factory.mktemp("compact")
+    (root / "text.txt").write_text(word_articles(WORDS, 12, 120), encoding="utf-8")
+    pw.main(["--input", str(root / "text.txt"), "--tokenizer", "gpt2", "--compact_vocab", "--min_chars", "0",
+             "--val_fraction", "0.25", "--out_dir", str(root / "data"), "--name", "small"])
+    return root
+
+# -----------------------------------------------------------------------------
+# a fake host of the WikiText-2 files: prepare_wikipedia.py and data.py tests
+
+
+class FileHandler(BaseHTTPRequestHandler):
+    """A fake raw-file host: serves `files`, honours Range, and for the paths in `cut` sends only the first
+    half of the body once before hanging up."""
+    files, cut, ranges, ignore_range = {}, set(), [], False
+
+    def do_GET(self):
+        name = self.path.rsplit("/", 1)[-1]
+        self.ranges.append((name, self.headers.get("Range")))
+        if name not in self.files:
+            self.send_error(404)
+            return
+        data, start = self.files[name], 0
+        if self.headers.get("Range") and not self.ignore_range:
+            start = int(self.headers["Range"].removeprefix("bytes=").rstrip("-"))
+            if start >= len(data):
+                self.send_error(416)
+                return
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        else:
+            self.send_response(200)
+        self.send_header("Content-Length", str(len(data) - start))
+        self.end_headers()
+        if name in self.cut:
+            self.cut.discard(name)
+            self.wfile.write(data[start:start + (len(data) - start) // 2])
+            self.close_connection = True
+        else:
+            self.wfile.write(data[start:])
+
+    def log_message(self, *args):
+        pass
+
+
+def wikitext(seed):
+    text = "".join(f" \n = Topic {seed} {i} = \n \n" + f" Sentence {i} of file {seed} . \n" * 3 for i in range(8))
+    return text.encode("utf-8")
+
+
+@pytest.fixture
+def wikitext2_host(monkeypatch):
+    """A fake host of train.txt, valid.txt, test.txt, with the checksums of these files patched in."""
+    files = {"train.txt": wikitext(0), "valid.txt": wikitext(1), "test.txt": wikitext(2)}
+    monkeypatch.setattr(pw, "WIKITEXT2_FILES", {
+        "train": ("train.txt", "git-blob",
+                  hashlib.sha1(b"blob %d\0" % len(files["train.txt"]) + files["train.txt"]).hexdigest()),
+        "valid": ("valid.txt", "sha256", hashlib.sha256(files["valid.txt"]).hexdigest()),
+        "test": ("test.txt", "sha256", hashlib.sha256(files["test.txt"]).hexdigest())})
+    handler = type("Handler", (FileHandler,), {"files": files, "cut": set(), "ranges": []})
+    server = HTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    handler.url = f"http://127.0.0.1:{server.server_port}/examples/wikitext-2/"
+    yield handler
+    server.shutdown()
+    server.server_close()
+
+
+def prepare_wikitext2(host, tmp_path, *extra):
+    """prepare_wikipedia.main from the fake host into tmp_path, byte tokens, every article kept."""
+    pw.main(["--wikitext2_url", host.url, "--retry_delay", "0", "--min_chars", "0", "--tokenizer", "byte",
+             "--out_dir", str(tmp_path), *extra])

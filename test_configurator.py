@@ -1,0 +1,107 @@
+"""Specifications of configurator.py: config files, --key=value, --help, "did you mean", and `fail`, as train.py
+uses them. CPU only, no network.
+
+    python -m pytest -q test_configurator.py
+"""
+import ast
+import glob
+import os
+
+import pytest
+import torch
+
+from configurator import fail, read_config
+from conftest import ROOT, assert_one_line_error, log, run, train
+from model import ModelConfig
+
+
+def test_fail_stops_with_one_error_line():
+    with pytest.raises(SystemExit) as exit:
+        fail("the thing is broken; fix it")
+    assert exit.value.code == "error: the thing is broken; fix it"  # a message as the code: exit status 1
+
+
+def test_unknown_key_suggests_the_closest_one(workdir):
+    assert_one_line_error(train(workdir, "out_err", "--n_layr=2", check=False), "n_layr", "did you mean 'n_layer'")
+
+
+@pytest.mark.parametrize("key, name_here", [("block_size", "context_size"), ("n_embd", "n_embed")])
+def test_nanogpt_name_suggests_the_name_here(tmp_path, key, name_here):
+    result = run("train.py", f"--{key}=8", cwd=tmp_path, check=False)
+    assert_one_line_error(result, f"unknown config key '{key}'", f"did you mean '{name_here}'?",
+                          f"({key} is called {name_here} here)")
+    assert not os.listdir(tmp_path)  # nothing trained, nothing written
+
+
+def test_config_file_is_applied_and_checked(workdir):
+    (workdir / "good.py").write_text("max_iters = 2\neval_interval = 1\nn_embed = 16\n")
+    train(workdir, "out_config", str(workdir / "good.py"))
+    assert [r["iter"] for r in log(workdir, "out_config")] == [0, 1, 2]
+    assert torch.load(workdir / "out_config" / "ckpt.pt")["model_config"]["n_embed"] == 16
+    (workdir / "bad.py").write_text("learning_rat = 1e-3\n")
+    result = train(workdir, "out_err", str(workdir / "bad.py"), check=False)
+    assert_one_line_error(result, "learning_rat", "bad.py", "'learning_rate'")
+
+
+def own_settings(path):
+    """The names a config file assigns itself, not through the file it imports."""
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    return {target.id for node in tree.body if isinstance(node, ast.Assign) for target in node.targets}
+
+
+def base_of(path):
+    """The config module a config file imports with `from config.X import *`, as a path; None if none."""
+    bases = [node.module for node in ast.parse(open(path, encoding="utf-8").read()).body
+             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("config.")]
+    return os.path.join(ROOT, *bases[0].split(".")) + ".py" if bases else None
+
+
+def test_read_config_of_a_config_that_imports_its_base_returns_the_inherited_settings(tmp_path):
+    (tmp_path / "mine.py").write_text("from config.cpu_base import *\nmax_iters = 7\n")
+    base, mine = read_config(os.path.join(ROOT, "config", "cpu_base.py")), read_config(str(tmp_path / "mine.py"))
+    assert base["dataset"] == "wikitext2_valid_byte" and base["max_iters"] != 7
+    assert mine == {**base, "max_iters": 7}  # the settings only: no module, no underscore name
+    # every config file that extends another: the other's settings, then its own
+    children = [path for path in sorted(glob.glob(os.path.join(ROOT, "config", "*.py"))) if base_of(path)]
+    assert len(children) > 20
+    for path in children:
+        settings, inherited, own = read_config(path), read_config(base_of(path)), own_settings(path)
+        assert set(settings) == set(inherited) | own, path
+        assert {k: v for k, v in settings.items() if k not in own} == {k: v for k, v in inherited.items()
+                                                                        if k not in own}, path
+    # two levels: cpu_encdec_mse.py extends cpu_encdec_none.py, which extends cpu_base.py
+    assert base_of(os.path.join(ROOT, "config", "cpu_encdec_mse.py")).endswith("cpu_encdec_none.py")
+    settings = read_config(os.path.join(ROOT, "config", "cpu_encdec_mse.py"))
+    assert settings["dataset"] == base["dataset"] and settings["variant"] == "encdec"
+    assert settings["embedding_loss"] == "mse"
+
+
+def test_value_of_the_wrong_type_is_refused(workdir):
+    assert_one_line_error(train(workdir, "out_err", "--batch_size=many", check=False), "batch_size", "int")
+    assert_one_line_error(train(workdir, "out_err", "--encoder_out_ln=3", check=False), "encoder_out_ln", "bool")
+
+
+@pytest.mark.parametrize("text, line", [(b"max_iters = 2\nn_layer = (\n", 2),
+                                        (b"max_iters = 2\n\nn_layer = 1 / 0\n", 3),
+                                        (b"\x89PNG\r\n\x1a\n\x00\xff\xfe", None)],
+                         ids=["syntax_error", "raises", "binary"])
+def test_broken_config_file_names_the_file_and_line(workdir, tmp_path, text, line):
+    (tmp_path / "broken.py").write_bytes(text)
+    result = train(workdir, "out_err", str(tmp_path / "broken.py"), check=False)
+    assert_one_line_error(result, "broken.py", *([f"line {line}"] if line else []))
+    assert "<string>" not in result.stderr
+
+
+def test_help_lists_every_setting_with_its_default_and_meaning(tmp_path):
+    result = run("train.py", "--help", cwd=tmp_path)
+    lines = {line.split("=")[0].strip(): line for line in result.stdout.splitlines() if line.startswith("  --")}
+    training = ["out_dir", "dataset", "batch_size", "gradient_accumulation_steps", "max_iters", "learning_rate",
+                "decay_lr", "min_lr", "warmup_iters", "lr_decay_iters", "weight_decay", "beta1", "beta2", "grad_clip",
+                "eval_interval", "eval_iters", "log_interval", "init_from", "overwrite", "always_save_checkpoint",
+                "seed", "device", "dtype", "compile"]
+    assert set(lines) == {f"--{key}" for key in training + ModelConfig.flags()}
+    assert "--batch_size=50 " in lines["--batch_size"] and "sequences per micro-batch" in lines["--batch_size"]
+    assert "--n_layer=13 " in lines["--n_layer"] and "--embedding_loss=None " in lines["--embedding_loss"]
+    for key in training:  # each with a meaning after its default
+        assert len(lines[f"--{key}"].split(maxsplit=1)) == 2, lines[f"--{key}"]
+    assert not os.listdir(tmp_path)  # nothing trained, nothing written

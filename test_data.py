@@ -1,0 +1,226 @@
+"""Specifications of data.py: the tokenizers and the compacted vocabulary, split_wikitext, the command that
+prepares a missing dataset, the checks that a dataset is whole (check_dataset, as train.py runs them at start), and
+the log and file writers (read_log, write_atomic). CPU only, no network beyond 127.0.0.1.
+
+    python -m pytest -q test_data.py
+"""
+import errno
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import data
+import prepare_wikipedia as pw
+from conftest import ROOT, assert_one_line_error, copy_run, log, make_wikitext, prepare_wikitext2, run, train
+
+# -----------------------------------------------------------------------------
+# tokenizers
+
+
+def test_gpt2_tokenizer_builds_offline_with_known_gpt2_ids(tmp_path, monkeypatch):
+    import requests
+    import tiktoken
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("the GPT-2 tokenizer must not need the network")
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # an empty cache
+    monkeypatch.setattr(tiktoken, "get_encoding", no_network)
+    monkeypatch.setattr(requests, "get", no_network)
+    data.gpt2_encoding.cache_clear()
+    try:
+        encode, decode, vocab_size, eot_token = data.get_tokenizer("gpt2")
+    finally:
+        data.gpt2_encoding.cache_clear()
+    assert (vocab_size, eot_token) == (50257, 50256)
+    assert encode("Hello world") == [15496, 995]
+    assert encode("Hello, world!") == [15496, 11, 995, 0]
+    assert eot_token not in encode("a literal <|endoftext|> is text")
+    text = "Zürich — 東京 🙂 <unk> @-@ 1 @.@ 5"
+    assert decode(encode(text)) == text
+    assert decode(np.array(encode(text), dtype=np.uint16)) == text  # as read back from a .bin
+
+
+def test_byte_tokenizer_round_trips_utf8_and_separates_articles_with_nul():
+    encode, decode, vocab_size, eot_token = data.get_tokenizer("byte")
+    text = "Zürich — 東京 🙂"
+    assert encode(text) == list(text.encode("utf-8"))
+    assert decode(encode(text)) == text
+    assert decode(np.array(encode(text), dtype=np.uint16)) == text
+    assert (vocab_size, eot_token) == (256, 0)
+
+
+def test_unknown_tokenizer_is_one_line_error_naming_the_choices(tmp_path):
+    result = run("prepare_wikipedia.py", "--tokenizer", "bpe", "--input", "nothing.txt", "--out_dir", str(tmp_path),
+                 cwd=tmp_path, check=False, timeout=60)
+    assert_one_line_error(result, "unknown tokenizer 'bpe'", "gpt2", "byte")
+
+
+def test_compact_vocabulary_keeps_gpt2_segmentation_with_dense_ids(compact):
+    meta = json.load(open(compact / "data" / "small" / "meta.json"))
+    full_encode, _, _, full_eot = data.get_tokenizer("gpt2")
+    encode, decode, vocab_size, eot = data.get_tokenizer("gpt2", meta["compact_vocab"])
+    ids = np.concatenate([np.fromfile(compact / "data" / "small" / f"{s}.bin", dtype=np.uint16)
+                          for s in ("train", "val")])
+    assert vocab_size == meta["vocab_size"] == len(set(ids.tolist())) and ids.max() == vocab_size - 1
+    assert eot == meta["eot_token"] and meta["compact_vocab"][eot] == full_eot
+    texts = [a["text"] for a in pw.read_input([str(compact / "text.txt")])]
+    for text in texts:
+        assert [meta["compact_vocab"][i] for i in encode(text)] == full_encode(text)  # the same tokens, renumbered
+        assert decode(encode(text)) == text
+    assert sorted(meta["compact_vocab"]) == meta["compact_vocab"]
+
+
+def test_text_outside_the_compact_vocabulary_is_one_clear_error(compact):
+    meta = json.load(open(compact / "data" / "small" / "meta.json"))
+    encode = data.get_tokenizer("gpt2", meta["compact_vocab"])[0]
+    with pytest.raises(SystemExit, match="outside this dataset's compact vocabulary"):
+        encode("quantum chromodynamics")
+
+# -----------------------------------------------------------------------------
+# WikiText-style text, and the command that prepares a dataset
+
+
+def test_wikitext_splits_at_top_level_titles_only(tmp_path):
+    titles = make_wikitext(tmp_path / "small.txt")
+    articles = data.split_wikitext((tmp_path / "small.txt").read_text(encoding="utf-8"), "small.txt")
+    assert [a["title"] for a in articles] == titles
+    for a in articles:
+        assert a["text"].startswith(f"= {a['title']} =") and "= = History = =" in a["text"]
+        assert a["text"].count("Nothing = else") == 1
+    assert data.split_wikitext("Just one plain text.\n\nNo titles.\n", "plain.txt") == [
+        {"title": "plain.txt", "text": "Just one plain text.\n\nNo titles."}]
+
+
+@pytest.mark.parametrize("dataset", ["wikitext2_valid_byte", "wikitext2_test_gpt2", "wikitext2_valid_gpt2c"])
+def test_prepare_command_of_a_wikitext2_dataset_builds_that_dataset(wikitext2_host, tmp_path, dataset):
+    command = data.prepare_command(dataset).split()
+    assert command[:2] == ["python", "prepare_wikipedia.py"]
+    prepare_wikitext2(wikitext2_host, tmp_path, *command[2:])
+    assert sorted(os.listdir(tmp_path / dataset)) == ["meta.json", "train.bin", "val.bin"]
+
+# -----------------------------------------------------------------------------
+# check_dataset: a missing or broken dataset is refused when train.py starts, naming the command that rebuilds it
+
+
+def test_missing_dataset_says_how_to_prepare_it(workdir):
+    result = train(workdir, "out_err", "--dataset=nope", check=False)
+    assert_one_line_error(result, "data/nope", "prepare_wikipedia.py", "reversal")
+
+
+def test_missing_dataset_hint_prepares_the_tokens_the_config_needs(workdir):
+    result = run("train.py", os.path.join(ROOT, "config", "cpu_baseline.py"), "--dataset=nope", cwd=workdir,
+                 check=False)
+    assert_one_line_error(result, "python prepare_wikipedia.py --input PATH --name=nope --tokenizer=byte`")  # 256
+    result = run("train.py", "--dataset=nope", cwd=workdir, check=False)
+    assert_one_line_error(result, "python prepare_wikipedia.py --input PATH --name=nope`")  # GPT-2 tokens, the default
+    result = run("train.py", "--dataset=wikitext2_valid_byte", "--vocab_size=256", cwd=workdir, check=False)
+    assert_one_line_error(result, "python prepare_wikipedia.py --wikitext2=valid --tokenizer=byte")
+
+
+def break_val_ids(folder):
+    ids = np.fromfile(folder / "val.bin", dtype=np.uint16)
+    ids[len(ids) // 2] = 300  # the byte vocabulary has 256
+    ids.tofile(folder / "val.bin")
+
+
+def cut_train_in_half(folder):
+    tokens = (folder / "train.bin").read_bytes()
+    (folder / "train.bin").write_bytes(tokens[:len(tokens) // 4 * 2])
+
+
+def change_one_train_token(folder):
+    ids = np.fromfile(folder / "train.bin", dtype=np.uint16)
+    ids[len(ids) // 2] = (ids[len(ids) // 2] + 1) % 256  # same size, still in the vocabulary
+    ids.tofile(folder / "train.bin")
+
+
+def write_meta(folder, **changes):
+    meta = json.loads((folder / "meta.json").read_text())
+    (folder / "meta.json").write_text(json.dumps({k: v for k, v in {**meta, **changes}.items() if v is not None}))
+
+
+@pytest.mark.parametrize("breaks, fragments", [
+    (break_val_ids, ["val.bin", "token id 300", "vocab_size is 256", "--tokenizer=byte"]),
+    (cut_train_in_half, ["train.bin", "train_tokens", "--tokenizer=byte"]),
+    (lambda d: (d / "train.bin").write_bytes((d / "train.bin").read_bytes()[:-1]),
+     ["train.bin", "odd number of bytes"]),
+    (lambda d: (d / "meta.json").write_text('{"vocab_size": 256,'), ["meta.json"]),
+    (lambda d: (d / "meta.json").write_text("[256]"), ["meta.json"]),
+    (lambda d: write_meta(d, vocab_size=None), ["meta.json", "vocab_size"]),
+    (lambda d: (write_meta(d, val_tokens=0), (d / "val.bin").write_bytes(b"")),
+     ["val.bin", "empty", "with --val_fraction 0.05"]),
+    (change_one_train_token, ["train.bin", "train_token_sum differs", "different preparations"]),
+], ids=["id_beyond_vocab", "train_cut_in_half", "odd_bytes", "meta_not_json", "meta_not_object", "meta_without_vocab",
+        "no_val_split", "another_preparation"])
+def test_broken_dataset_is_refused_at_start_naming_the_file_and_the_rebuild(workdir, tmp_path, breaks, fragments):
+    shutil.copytree(workdir / "data" / "tiny", tmp_path / "data" / "tiny")
+    breaks(tmp_path / "data" / "tiny")
+    result = train(tmp_path, "out", "--max_iters=2", check=False)
+    assert_one_line_error(result, *fragments, "prepare_wikipedia.py --input PATH --name=tiny")
+    assert not os.path.exists(tmp_path / "out")
+
+# -----------------------------------------------------------------------------
+# read_log: a run's log.jsonl, a line torn by a crash
+
+
+def test_read_log_returns_the_records_and_whether_the_last_line_was_torn(tmp_path):
+    path = str(tmp_path / "log.jsonl")
+    assert data.read_log(path) == ([], False)  # no log yet
+    (tmp_path / "log.jsonl").write_text('{"iter": 0, "val_loss": 5.0}\n\n{"iter": 2, "val_loss": 4.0}\n')
+    assert data.read_log(path) == ([{"iter": 0, "val_loss": 5.0}, {"iter": 2, "val_loss": 4.0}], False)
+    with open(path, "a") as f:
+        f.write('{"iter": 4, "val_lo')  # a full disk while appending
+    assert data.read_log(path) == ([{"iter": 0, "val_loss": 5.0}, {"iter": 2, "val_loss": 4.0}], True)
+    (tmp_path / "log.jsonl").write_text('{"iter": 0}\n{"no_iter": 1}\n{"iter": 4}\n')  # a record without "iter"
+    with pytest.raises(SystemExit) as exit:
+        data.read_log(path)
+    assert_one_line_error(str(exit.value.code), f"{path} line 2 is not a JSON record", "delete that line")
+
+
+def test_resume_repairs_a_log_line_torn_by_a_crash(workdir, tmp_path):
+    out = copy_run(workdir, tmp_path)
+    with open(out / "log.jsonl", "a") as f:
+        f.write('{"iter": 8, "train_lo')  # a full disk while appending
+    result = train(tmp_path, "out", "--init_from=resume", "--max_iters=8")
+    assert "dropped its last line" in result.stdout
+    assert [r["iter"] for r in log(tmp_path, "out")] == [0, 2, 4, 6, 8]
+
+
+def test_corrupt_log_line_before_the_last_is_one_line_error(workdir, tmp_path):
+    out = copy_run(workdir, tmp_path)
+    lines = (out / "log.jsonl").read_text().splitlines(keepends=True)
+    (out / "log.jsonl").write_text(lines[0] + "garbage\n" + "".join(lines[1:]))
+    result = train(tmp_path, "out", "--init_from=resume", "--max_iters=8", check=False)
+    assert_one_line_error(result, "log.jsonl line 2")
+
+# -----------------------------------------------------------------------------
+# write_atomic: a file is replaced whole, or not at all (train.py's full-disk tests: test_train.py)
+
+
+def test_write_atomic_replaces_the_file_whole_or_keeps_the_previous_one(tmp_path):
+    path = str(tmp_path / "ckpt.pt")
+    data.write_atomic(path, b"first")
+    data.write_atomic(path, lambda f: f.write(b"second"))  # or a function of the open file
+    assert (tmp_path / "ckpt.pt").read_bytes() == b"second" and os.listdir(tmp_path) == ["ckpt.pt"]
+
+    def full_disk(f):
+        f.write(b"half of the th")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(SystemExit) as exit:
+        data.write_atomic(path, full_disk)
+    assert_one_line_error(str(exit.value.code), f"could not write {path}: the disk is full")
+    assert (tmp_path / "ckpt.pt").read_bytes() == b"second" and os.listdir(tmp_path) == ["ckpt.pt"]
+    calls = []
+    with pytest.raises(SystemExit):  # on_error is told first, e.g. to say which checkpoint is kept
+        data.write_atomic(path, full_disk, on_error=lambda *args: calls.append(args))
+    assert [(p, e.errno) for p, e in calls] == [(path, errno.ENOSPC)]
+
+    def interrupted(f):
+        f.write(b"half")
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C is not an error to report: it goes on up
+        data.write_atomic(path, interrupted)
+    assert (tmp_path / "ckpt.pt").read_bytes() == b"second" and os.listdir(tmp_path) == ["ckpt.pt"]
