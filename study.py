@@ -332,6 +332,7 @@ def smoothed_best(log, k=5):
     """The lowest point of the val loss smoothed by a centred moving average over k evaluations (where the window is
     whole): less biased low than the raw minimum of noisy evaluations, though a wide window also flattens the bottom."""
     val = np.array([r["val_loss"] for r in log])
+    k = min(k, len(val))
     return np.convolve(val, np.ones(k) / k, mode="valid").min()
 
 
@@ -349,13 +350,15 @@ def fit_or_overfit(logs, run, reference, train_levels, gap=0.49, k=5):
              if step_at(logs[run][s], level) is not None and step_at(logs[reference][s], level) is not None]
         figures.append((f"val at train loss {level}", paired_stats(d)))
     d = [logs[run][s][-1]["val_loss"] - value_at(logs[reference][s], step_at(logs[reference][s],
-         logs[run][s][-1]["train_loss"])) for s in seeds if step_at(logs[reference][s], logs[run][s][-1]["train_loss"])]
+         logs[run][s][-1]["train_loss"])) for s in seeds
+         if step_at(logs[reference][s], logs[run][s][-1]["train_loss"]) is not None]
     figures.append(("val at its own final train loss", paired_stats(d)))
     gap_log = {s: [dict(r, gap=r["val_loss"] - r["train_loss"]) for r in logs[reference][s]] for s in seeds}
     steps = {s: step_at(gap_log[s], gap, key="gap") for s in seeds}
-    d = [value_at(logs[run][s], steps[s]) - value_at(logs[reference][s], steps[s]) for s in seeds if steps[s]]
-    figures.append((f"val at the step (mean {np.mean([s for s in steps.values() if s]):.0f}) where the reference's gap "
-                    f"reaches {gap}", paired_stats(d)))
+    found = [s for s in seeds if steps[s] is not None]
+    d = [value_at(logs[run][s], steps[s]) - value_at(logs[reference][s], steps[s]) for s in found]
+    mean_step = np.mean([steps[s] for s in found]) if found else math.nan
+    figures.append((f"val at the step (mean {mean_step:.0f}) where the reference's gap reaches {gap}", paired_stats(d)))
     d = [smoothed_best(logs[run][s], k) - smoothed_best(logs[reference][s], k) for s in seeds]
     figures.append((f"best val, moving average of {k}", paired_stats(d)))
     return figures
