@@ -214,8 +214,8 @@ def close_runs(logs, runs):
 def holm(ps, alpha=0.05):
     """Holm's step-down correction over one family of p values. Sorted ascending, p_(1) <= ... <= p_(m), the one of rank
     i is rejected when every p_(j), j <= i, is at most alpha / (m - j + 1); its adjusted p value is
-    max over j <= i of min(1, (m - j + 1) p_(j)). Each also gets the level of its adjusted interval: 1 - alpha / (m - r + 1)
-    with r its rank, or, past the first comparison not rejected (rank k), r = k. So an adjusted interval excludes zero
+    max over j <= i of min(1, (m - j + 1) p_(j)). Each also gets the level of its adjusted interval:
+    1 - alpha / (m - r + 1) with r its rank, or, past the first comparison not rejected (rank k), r = k. So an adjusted interval excludes zero
     exactly when Holm rejects: a rejected one at its own step's level, every other one at the level where the steps
     stopped (its p is at least p_(k), which is above alpha / (m - k + 1)). Returns [(rank, adjusted p, level)] in input
     order."""
@@ -440,7 +440,8 @@ def summary(suite, results):
             cells.append("–" if run == "baseline" or p["n"] < 2 else
                          f"{p['mean']:+.4f} ({p['ci'][0]:+.4f}, {p['ci'][1]:+.4f})")
         pm = lambda k: f"{mean[k]:.4f}" + (f" ± {sd[k]:.4f}" if len(f) > 1 else "")
-        print(f"| {run} | {len(f)} | {pm('best_val')} | {pm('smoothed')} | {mean['best_iter']:.0f} | {pm('late_val')} | "
+        print(f"| {run} | {len(f)} | {pm('best_val')} | {pm('smoothed')} | {mean['best_iter']:.0f} | "
+              f"{pm('late_val')} | "
               f"{pm('final_val')} | {pm('final_train')} | {mean['gap']:.3f} | " + " | ".join(cells) + " |")
     rows = with_holm(claim_rows(suite, logs))
     print("\nClaims, A - B in val loss (nats/token), paired over seeds; Holm's correction within each family "
@@ -456,14 +457,16 @@ def summary(suite, results):
               f"{100 * r['level']:.2f}% | ({r['ci_adj'][0]:+.4f}, {r['ci_adj'][1]:+.4f}) | {r['p_adj']:.3f} | "
               f"{words(r)} |")
     g, w = regime(suite, logs), WRITE_UP
-    print(f"\nThe regime, baseline against the write-up's: parameters {g['params']:,} ({g['params_no_embed']:,} without the "
-          f"token embedding) against {w['params']:,} ({w['params'] - w['vocab'] * w['n_embed']:,}); training tokens "
+    print(f"\nThe regime, baseline against the write-up's: parameters {g['params']:,} ({g['params_no_embed']:,} "
+          f"without the token embedding) against {w['params']:,} ({w['params'] - w['vocab'] * w['n_embed']:,}); training tokens "
           f"{g['train_tokens'] or 0:,} against {w['train_tokens']:,} ({(g['train_tokens'] or 0) / g['params']:.2f} and "
           f"{w['train_tokens'] / w['params']:.2f} per parameter); validation tokens {g['val_tokens'] or 0:,} "
-          f"({g['val_articles']} articles) against {w['val_tokens']:,}; passes {g['seen'] / (g['train_tokens'] or 1):.1f} "
+          f"({g['val_articles']} articles) against {w['val_tokens']:,}; "
+          f"passes {g['seen'] / (g['train_tokens'] or 1):.1f} "
           f"against {w['steps'] * w['batch_tokens'] / w['train_tokens']:.1f}; best val {g['best_val']:.3f} against "
           f"{w['val']:.3f}; final val - train {g['gap']:.3f} against {w['val'] - w['train']:.3f}; "
-          + (f"a Kneser-Ney bigram's val loss {g['bigram']:.3f}" if "bigram" in g else "(prepare the data for a bigram)"))
+          + (f"a Kneser-Ney bigram's val loss {g['bigram']:.3f}" if "bigram" in g
+             else "(prepare the data for a bigram)"))
     return logs
 
 
