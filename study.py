@@ -217,8 +217,8 @@ def holm(ps, alpha=0.05):
     max over j <= i of min(1, (m - j + 1) p_(j)). Each also gets the level of its adjusted interval:
     1 - alpha / (m - r + 1) with r its rank, or, past the first comparison not rejected (rank k), r = k. So an
     adjusted interval excludes zero exactly when Holm rejects: a rejected one at its own step's level, every other one
-    at the level where the steps stopped (its p is at least p_(k), which is above alpha / (m - k + 1)). Returns [(rank, adjusted p, level)] in input
-    order."""
+    at the level where the steps stopped (its p is at least p_(k), which is above alpha / (m - k + 1)).
+    Returns [(rank, adjusted p, level)] in input order."""
     m = len(ps)
     order = sorted(range(m), key=lambda i: ps[i])
     out, adjusted, stop = [None] * m, 0.0, None
@@ -459,7 +459,8 @@ def summary(suite, results):
     g, w = regime(suite, logs), WRITE_UP
     print(f"\nThe regime, baseline against the write-up's: parameters {g['params']:,} ({g['params_no_embed']:,} "
           f"without the token embedding) against {w['params']:,} ({w['params'] - w['vocab'] * w['n_embed']:,}); "
-          f"training tokens {g['train_tokens'] or 0:,} against {w['train_tokens']:,} ({(g['train_tokens'] or 0) / g['params']:.2f} and "
+          f"training tokens {g['train_tokens'] or 0:,} against {w['train_tokens']:,} "
+          f"({(g['train_tokens'] or 0) / g['params']:.2f} and "
           f"{w['train_tokens'] / w['params']:.2f} per parameter); validation tokens {g['val_tokens'] or 0:,} "
           f"({g['val_articles']} articles) against {w['val_tokens']:,}; "
           f"passes {g['seen'] / (g['train_tokens'] or 1):.1f} "
