@@ -31,13 +31,16 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 SUITES = {
     # config/cpu_<run>.py, 200 steps (the configs say 300), seeds 0-2
     "byte": dict(results="results/cpu_study", config="cpu_", seeds=[0, 1, 2], max_iters=200,
-                 dataset="wikitext2_valid_byte", prepare=["--tokenizer=byte"],
+                 dataset="wikitext2_valid_byte", prepare=["--tokenizer=byte"], best="encdec_mse_pos_sub",
+                 figures=["final_val"],
                  runs=["baseline", "smaller_baseline", "dropout_baseline", "encdec_none", "encdec_mse", "encdec_cosine",
                        "encdec_pos_sub", "encdec_mse_pos_sub", "parallel", "baseline_pos_sub"]),
     # config/cpu_gpt2_<run>.py as written; the first five are the core, run first for seeds 0-2 and then seeds 3 and 4
     # for every core run not told from the baseline by then (see close_runs); then the rest alike
     "gpt2": dict(results="results/gpt2_study", config="cpu_gpt2_", seeds=[0, 1, 2], extra_seeds=[3, 4], max_iters=None,
                  dataset="wikitext2_valid_gpt2c", prepare=["--tokenizer=gpt2", "--compact_vocab"], core=5,
+                 best="encdec_mse_pos_sub_coeff1", figures=["best_val", "late_val", "final_val"],
+                 train_levels=[4.6, 4.4, 4.2],
                  runs=["baseline", "encdec_none", "encdec_mse_pos_sub", "encdec_mse_pos_sub_coeff1",
                        "encdec_mse_pos_sub_fixed_ln", "smaller_baseline", "dropout_baseline", "encdec_pos_sub",
                        "encdec_mse", "encdec_dropout", "baseline_pos_sub", "parallel", "encdec_cosine"]),
@@ -48,6 +51,8 @@ SUITES = {
     "gpt2_long": dict(results="results/gpt2_long", config="cpu_gpt2_", seeds=[0, 1, 2], extra_seeds=[3, 4],
                       max_iters=3000, extends="gpt2",
                       dataset="wikitext2_valid_gpt2c", prepare=["--tokenizer=gpt2", "--compact_vocab"], core=3,
+                      best="encdec_mse_pos_sub_coeff1", figures=["best_val", "late_val", "final_val"],
+                      train_levels=[4.2, 3.9, 3.6],
                       runs=["baseline", "encdec_none", "encdec_mse_pos_sub_coeff1"]),
 }
 
@@ -147,18 +152,49 @@ def run_figures(log):
             "embedding": log[-1].get("val_embedding_loss")}
 
 
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}  # t quantiles, 95% two-sided
+def t_two_sided_p(t, df):
+    """P(|T| >= |t|) for Student's t with an integer number of degrees of freedom, in closed form (Abramowitz and
+    Stegun 26.7.3-4, with theta = atan(|t| / sqrt(df))), so that no statistics library is needed."""
+    theta = math.atan(abs(t) / math.sqrt(df))
+    c2 = math.cos(theta) ** 2
+    term, total = 1.0, 1.0 if df > 1 else 0.0
+    if df % 2:  # odd df: 2/pi (theta + sin cos (1 + 2/3 c2 + 2*4/(3*5) c2^2 + ...)), (df - 1) / 2 terms
+        for k in range(1, (df - 1) // 2):
+            term *= 2 * k / (2 * k + 1) * c2
+            total += term
+        return 1 - 2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * total)
+    for k in range(1, df // 2):  # even df: sin (1 + 1/2 c2 + 1*3/(2*4) c2^2 + ...), df / 2 terms
+        term *= (2 * k - 1) / (2 * k) * c2
+        total += term
+    return 1 - math.sin(theta) * total
+
+
+def t_quantile(level, df):
+    """The t with P(|T| < t) = level (two-sided), by bisection on t_two_sided_p: 4.303 for level 0.95 and df 2."""
+    low, high = 0.0, 1e7
+    for _ in range(200):
+        mid = (low + high) / 2
+        low, high = (mid, high) if t_two_sided_p(mid, df) > 1 - level else (low, mid)
+    return (low + high) / 2
+
+
+def paired_stats(d, level=0.95):
+    """Mean of the paired differences d (one per seed), its standard error, t interval at level and two-sided p."""
+    d = np.asarray(d, dtype=float)
+    if len(d) < 2:
+        return {"n": len(d), "mean": d.mean() if len(d) else math.nan, "se": math.nan, "ci": (math.nan, math.nan),
+                "p": math.nan, "wins": int((d < 0).sum())}
+    se = d.std(ddof=1) / math.sqrt(len(d))
+    half = t_quantile(level, len(d) - 1) * se
+    p = t_two_sided_p(d.mean() / se, len(d) - 1) if se > 0 else 0.0
+    return {"n": len(d), "mean": d.mean(), "se": se, "ci": (d.mean() - half, d.mean() + half), "p": p,
+            "wins": int((d < 0).sum())}
 
 
 def paired(logs, run, reference, key):
-    """Mean of run - reference over the seeds both have, with its standard error and 95% interval (t)."""
+    """Mean of run - reference over the seeds both have, with its standard error, 95% t interval and p value."""
     seeds = sorted(set(logs.get(run, {})) & set(logs.get(reference, {})))
-    d = np.array([run_figures(logs[run][s])[key] - run_figures(logs[reference][s])[key] for s in seeds])
-    if len(d) < 2:
-        return {"n": len(d), "mean": d.mean() if len(d) else math.nan, "se": math.nan, "ci": (math.nan, math.nan)}
-    se = d.std(ddof=1) / math.sqrt(len(d))
-    half = T95.get(len(d) - 1, 1.96) * se
-    return {"n": len(d), "mean": d.mean(), "se": se, "ci": (d.mean() - half, d.mean() + half), "wins": int((d < 0).sum())}
+    return paired_stats([run_figures(logs[run][s])[key] - run_figures(logs[reference][s])[key] for s in seeds])
 
 
 def close_runs(logs, runs):
@@ -168,27 +204,263 @@ def close_runs(logs, runs):
     return [run for run, (low, high) in intervals.items() if not (low > 0 or high < 0)]
 
 
+def holm(ps, alpha=0.05):
+    """Holm's step-down correction over one family of p values. Sorted ascending, p_(1) <= ... <= p_(m), the one of rank
+    i is rejected when every p_(j), j <= i, is at most alpha / (m - j + 1); its adjusted p value is
+    max over j <= i of min(1, (m - j + 1) p_(j)). Each also gets the level of its adjusted interval:
+    1 - alpha / (m - r + 1) with r its rank, or, past the first comparison not rejected (rank k), r = k. So an
+    adjusted interval excludes zero exactly when Holm rejects: a rejected one at its own step's level, every other one
+    at the level where the steps stopped (its p is at least p_(k), which is above alpha / (m - k + 1)).
+    Returns [(rank, adjusted p, level)] in input order."""
+    m = len(ps)
+    order = sorted(range(m), key=lambda i: ps[i])
+    out, adjusted, stop = [None] * m, 0.0, None
+    for rank, i in enumerate(order, 1):
+        adjusted = max(adjusted, min(1.0, (m - rank + 1) * ps[i]))
+        if stop is None and adjusted > alpha:
+            stop = rank  # the first comparison not rejected: the steps stop here
+        out[i] = (rank, adjusted, 1 - alpha / (m - min(rank, stop or rank) + 1))
+    return out
+
+
+def verdict(ci):
+    """The word for a claim "A is lower than B" from an interval of A - B: it holds when the interval lies below zero,
+    is contradicted when it lies above, and is not detected otherwise."""
+    return "holds" if ci[1] < 0 else "contradicted" if ci[0] > 0 else "not detected"
+
+
+# The write-up's claims, each "A ends with a lower val loss than B", with the write-up's own A - B (its tables: one run
+# each, 9,000 steps; None where it ran no such comparison). The primary family, declared first: the bare
+# encoder-decoder and the suite's best encoder-decoder against the baseline; every other comparison is secondary.
+PRIMARY = [("the bare encoder-decoder beats the baseline", "encdec_none", "baseline", 3.413 - 3.424),
+           ("the best encoder-decoder beats the baseline", "best", "baseline", 3.378 - 3.424)]
+SECONDARY = [
+    ("MSE (x8) + pos sub beats the baseline", "encdec_mse_pos_sub", "baseline", 3.378 - 3.424),
+    ("MSE (x8) + pos sub beats the smaller baseline", "encdec_mse_pos_sub", "smaller_baseline", 3.378 - 3.416),
+    ("MSE (x8) + pos sub beats the 0.2 dropout baseline", "encdec_mse_pos_sub", "dropout_baseline", 3.378 - 3.406),
+    ("MSE (x1) + pos sub beats the smaller baseline", "encdec_mse_pos_sub_coeff1", "smaller_baseline", 3.378 - 3.416),
+    ("MSE (x1) + pos sub beats the 0.2 dropout baseline", "encdec_mse_pos_sub_coeff1", "dropout_baseline",
+     3.378 - 3.406),
+    ("the bare encoder-decoder beats the smaller baseline", "encdec_none", "smaller_baseline", 3.413 - 3.416),
+    ("the MSE embedding loss helps", "encdec_mse", "encdec_none", 3.385 - 3.413),
+    ("the cosine embedding loss helps", "encdec_cosine", "encdec_none", 3.387 - 3.413),
+    ("MSE beats cosine", "encdec_mse", "encdec_cosine", 3.385 - 3.387),
+    ("pos sub helps the encoder-decoder", "encdec_pos_sub", "encdec_none", 3.381 - 3.413),
+    ("MSE (x8) helps, with pos sub", "encdec_mse_pos_sub", "encdec_pos_sub", 3.378 - 3.381),
+    ("MSE (x1) helps, with pos sub", "encdec_mse_pos_sub_coeff1", "encdec_pos_sub", 3.378 - 3.381),
+    ("MSE (x1) + pos sub beats the bare encoder-decoder", "encdec_mse_pos_sub_coeff1", "encdec_none", 3.378 - 3.413),
+    ("coefficient 8 beats coefficient 1", "encdec_mse_pos_sub", "encdec_mse_pos_sub_coeff1", None),
+    ("fixed LayerNorms in the embedding loss help", "encdec_mse_pos_sub_fixed_ln", "encdec_mse_pos_sub", None),
+    ("pos sub helps the baseline", "baseline_pos_sub", "baseline", None),
+    ("dropout helps the encoder-decoder", "encdec_dropout", "encdec_mse_pos_sub", None),
+    ("the parallel encoder-decoder beats the baseline", "parallel", "baseline", None),
+]
+
+
+def claim_rows(suite, logs):
+    """Every comparison of a suite as a row: family, claim, A, B, figure, the write-up's A - B and the paired
+    statistics, in the order they are declared. The discriminating figures of the primary comparisons (see
+    fit_or_overfit) join the secondary family."""
+    s = SUITES[suite]
+    rows = []
+    for family, claims in (("primary", PRIMARY), ("secondary", SECONDARY)):
+        for claim, a, b, writeup in claims:
+            a = s["best"] if a == "best" else a
+            if family == "secondary" and (a, b) in [(s["best"], "baseline"), ("encdec_none", "baseline")]:
+                continue  # already primary
+            if a in logs and b in logs:
+                rows += [dict(family=family, claim=claim, a=a, b=b, figure=key, writeup=writeup,
+                              **paired(logs, a, b, key)) for key in s["figures"]]
+    for claim, a, b, _ in PRIMARY:
+        a = s["best"] if a == "best" else a
+        if s.get("train_levels") and a in logs and b in logs:
+            rows += [dict(family="secondary", claim=claim, a=a, b=b, figure=figure, writeup=None, **p)
+                     for figure, p in fit_or_overfit(logs, a, b, s["train_levels"])]
+    return rows
+
+
+def with_holm(rows, alpha=0.05):
+    """Adds to each row its raw verdict (95% interval), and within its family Holm's rank, adjusted p value, adjusted
+    interval (the t interval at Holm's level for it) and adjusted verdict."""
+    for family in dict.fromkeys(row["family"] for row in rows):
+        members = [row for row in rows if row["family"] == family and row["n"] >= 2]
+        for row, (rank, p_adj, level) in zip(members, holm([row["p"] for row in members], alpha)):
+            half = t_quantile(level, row["n"] - 1) * row["se"]
+            row.update(m=len(members), rank=rank, p_adj=p_adj, level=level,
+                       ci_adj=(row["mean"] - half, row["mean"] + half))
+            row["raw"], row["adjusted"] = verdict(row["ci"]), verdict(row["ci_adj"])
+    return rows
+
+
+def words(row):
+    """The verdict in words: holds / contradicted after Holm, or not detected with what the interval still allows."""
+    if row["adjusted"] != "not detected":
+        return row["adjusted"]
+    text = f"not detected; the 95% interval allows {row['ci'][0]:+.3f} to {row['ci'][1]:+.3f}"
+    if row["writeup"] is not None:
+        inside = row["ci"][0] <= row["writeup"] <= row["ci"][1]
+        text += f", {'including' if inside else 'excluding'} the write-up's {row['writeup']:+.3f}"
+    return text
+
+
+# -----------------------------------------------------------------------------
+# fits more slowly, or overfits more slowly?
+
+
+def step_at(log, level, key="train_loss"):
+    """The first step at which log[key] falls to level (or, for a rising key such as the gap, rises to it), linearly
+    interpolated between evaluations; None if it never gets there."""
+    for r0, r1 in zip(log, log[1:]):
+        if min(r0[key], r1[key]) <= level <= max(r0[key], r1[key]) and r0[key] != r1[key]:
+            return r0["iter"] + (level - r0[key]) / (r1[key] - r0[key]) * (r1["iter"] - r0["iter"])
+    return None
+
+
+def value_at(log, step, key="val_loss"):
+    """log[key] at a step, linearly interpolated between evaluations."""
+    return float(np.interp(step, [r["iter"] for r in log], [r[key] for r in log]))
+
+
+def smoothed_best(log, k=5):
+    """The lowest point of the val loss smoothed by a centred moving average over k evaluations (where the window is
+    whole): less biased low than the raw minimum of noisy evaluations, though a wide window also flattens the bottom."""
+    val = np.array([r["val_loss"] for r in log])
+    k = min(k, len(val))
+    return np.convolve(val, np.ones(k) / k, mode="valid").min()
+
+
+def fit_or_overfit(logs, run, reference, train_levels, gap=0.49, k=5):
+    """The paired figures (run - reference, over seeds) that tell "fits the training text more slowly" from "overfits
+    more slowly": val loss where each reaches the same train loss (each level in train_levels, and the run's own final
+    train loss, where the reference reaches it), val loss at the step where the reference's val - train gap first
+    reaches the write-up's 0.49, and the best val loss smoothed over k evaluations. A run that only fits more slowly
+    matches the reference at equal train loss; one that overfits more slowly is lower there."""
+    seeds = sorted(set(logs.get(run, {})) & set(logs.get(reference, {})))
+    figures = []
+    for level in train_levels:
+        d = [value_at(logs[run][s], step_at(logs[run][s], level)) - value_at(logs[reference][s],
+             step_at(logs[reference][s], level)) for s in seeds
+             if step_at(logs[run][s], level) is not None and step_at(logs[reference][s], level) is not None]
+        figures.append((f"val at train loss {level}", paired_stats(d)))
+    d = [logs[run][s][-1]["val_loss"] - value_at(logs[reference][s], step_at(logs[reference][s],
+         logs[run][s][-1]["train_loss"])) for s in seeds
+         if step_at(logs[reference][s], logs[run][s][-1]["train_loss"]) is not None]
+    figures.append(("val at its own final train loss", paired_stats(d)))
+    gap_log = {s: [dict(r, gap=r["val_loss"] - r["train_loss"]) for r in logs[reference][s]] for s in seeds}
+    steps = {s: step_at(gap_log[s], gap, key="gap") for s in seeds}
+    found = [s for s in seeds if steps[s] is not None]
+    d = [value_at(logs[run][s], steps[s]) - value_at(logs[reference][s], steps[s]) for s in found]
+    mean_step = np.mean([steps[s] for s in found]) if found else math.nan
+    figures.append((f"val at the step (mean {mean_step:.0f}) where the reference's gap reaches {gap}", paired_stats(d)))
+    d = [smoothed_best(logs[run][s], k) - smoothed_best(logs[reference][s], k) for s in seeds]
+    figures.append((f"best val, moving average of {k}", paired_stats(d)))
+    return figures
+
+
+# -----------------------------------------------------------------------------
+# the regime, against the write-up's
+
+
+def bigram_loss(train, val, vocab_size, discount=0.75):
+    """Val loss (nats per token) of an interpolated Kneser-Ney bigram model fit on the training tokens, each val token
+    predicted from the one before it; the continuation unigram is itself interpolated with the uniform distribution,
+    so ids never seen in training keep some probability."""
+    train, val = np.asarray(train, dtype=np.int64), np.asarray(val, dtype=np.int64)
+    pairs, counts = np.unique(train[:-1] * vocab_size + train[1:], return_counts=True)
+    prev, nxt = pairs // vocab_size, pairs % vocab_size
+    context_count = np.bincount(prev, weights=counts, minlength=vocab_size)  # c(v)
+    followers = np.bincount(prev, minlength=vocab_size)  # distinct w after v
+    continuation = np.bincount(nxt, minlength=vocab_size)  # distinct v before w
+    # P_cont(w) = max(N(.w) - D, 0) / N(..) + D |{w: N(.w) > 0}| / N(..) / V
+    p_cont = (np.maximum(continuation - discount, 0) + discount * (continuation > 0).sum() / vocab_size) / len(pairs)
+    v, w = val[:-1], val[1:]
+    idx = np.searchsorted(pairs, v * vocab_size + w)
+    seen = (idx < len(pairs)) & (pairs[np.minimum(idx, len(pairs) - 1)] == v * vocab_size + w)
+    c_vw = np.where(seen, counts[np.minimum(idx, len(pairs) - 1)], 0)
+    c_v = context_count[v]
+    # P(w|v) = max(c(vw) - D, 0) / c(v) + D N(v.) / c(v) P_cont(w), and P_cont(w) for a context never seen
+    p = np.where(c_v > 0, (np.maximum(c_vw - discount, 0) + discount * followers[v] * p_cont[w]) / np.maximum(c_v, 1),
+                 p_cont[w])
+    return float(-np.log(p).mean())
+
+
+# The write-up's regime: its baseline (its tables), its appendix schedule, and the token files of its repository's
+# Wikipedia set (uint16: 76,553,660 and 8,683,560 bytes)
+WRITE_UP = dict(params=16_036_800, vocab=50_257, n_embed=160, train_tokens=38_276_830, val_tokens=4_341_780,
+                steps=9000, batch_tokens=50 * 16 * 200, val=3.424, train=2.937)
+
+
+def regime(suite, logs):
+    """The regime of a suite against the write-up's: parameters with and without the token embedding, tokens, passes,
+    losses of the baseline, and a bigram model's val loss where the suite's data is prepared."""
+    from model import ModelConfig, build_model
+    namespace = {}
+    exec(open(os.path.join(ROOT, "config", f"{SUITES[suite]['config']}baseline.py")).read(), namespace)
+    params = build_model(ModelConfig(**{k: v for k, v in namespace.items() if k in ModelConfig.flags()})).num_params()
+    data = os.path.join(ROOT, "data", SUITES[suite]["dataset"])
+    meta = json.load(open(os.path.join(data, "meta.json"))) if os.path.exists(os.path.join(data, "meta.json")) else {}
+    f = [run_figures(log) for log in logs.get("baseline", {}).values()]
+    out = dict(params=params, params_no_embed=params - namespace["vocab_size"] * namespace["n_embed"],
+               train_tokens=meta.get("train_tokens"), val_tokens=meta.get("val_tokens"),
+               val_articles=meta.get("val_articles"),
+               seen=suite_iters(suite, "baseline") * namespace["batch_size"] * namespace["context_size"]
+               * namespace["gradient_accumulation_steps"],
+               best_val=np.mean([x["best_val"] for x in f]) if f else None,
+               gap=np.mean([x["gap"] for x in f]) if f else None)
+    if meta:
+        read = lambda split: np.fromfile(os.path.join(data, f"{split}.bin"), dtype=meta["dtype"])
+        out["bigram"] = bigram_loss(read("train"), read("val"), meta["vocab_size"])
+    return out
+
+
 def summary(suite, results):
     s = SUITES[suite]
     logs = load(results, s["runs"], s["seeds"] + s.get("extra_seeds", []), lambda run: suite_iters(suite, run))
     diffs = ("best_val", "late_val", "final_val")
-    print("| run | seeds | best val | at step | late val | final val | final train | val - train | "
+    print("| run | seeds | best val | smoothed best val | at step | late val | final val | final train | val - train | "
           + " | ".join(f"{key.replace('_', ' ')} - baseline (95% CI)" for key in diffs) + " |")
-    print("|---" * 11 + "|")
+    print("|---" * 12 + "|")
     for run in s["runs"]:
         if run not in logs:
             continue
-        f = [run_figures(log) for log in logs[run].values()]
-        mean = {k: np.mean([x[k] for x in f]) for k in ("best_val", "best_iter", "late_val", "final_val", "final_train", "gap")}
+        f = [dict(run_figures(log), smoothed=smoothed_best(log)) for log in logs[run].values()]
+        mean = {k: np.mean([x[k] for x in f])
+                for k in ("best_val", "smoothed", "best_iter", "late_val", "final_val", "final_train", "gap")}
         sd = {k: np.std([x[k] for x in f], ddof=1) if len(f) > 1 else math.nan for k in mean}
         cells = []
         for key in diffs:
             p = paired(logs, run, "baseline", key)
             cells.append("–" if run == "baseline" or p["n"] < 2 else
-                         f"{p['mean']:+.4f} ({p['ci'][0]:+.4f}, {p['ci'][1]:+.4f}), {p['wins']}/{p['n']} lower")
+                         f"{p['mean']:+.4f} ({p['ci'][0]:+.4f}, {p['ci'][1]:+.4f})")
         pm = lambda k: f"{mean[k]:.4f}" + (f" ± {sd[k]:.4f}" if len(f) > 1 else "")
-        print(f"| {run} | {len(f)} | {pm('best_val')} | {mean['best_iter']:.0f} | {pm('late_val')} | "
+        print(f"| {run} | {len(f)} | {pm('best_val')} | {pm('smoothed')} | {mean['best_iter']:.0f} | "
+              f"{pm('late_val')} | "
               f"{pm('final_val')} | {pm('final_train')} | {mean['gap']:.3f} | " + " | ".join(cells) + " |")
+    rows = with_holm(claim_rows(suite, logs))
+    print("\nClaims, A - B in val loss (nats/token), paired over seeds; Holm's correction within each family "
+          "(m comparisons); a claim holds or is contradicted only when its adjusted interval excludes zero.\n")
+    print("| family | claim | A - B | figure | seeds | mean | raw 95% CI | p | raw verdict | Holm rank/m, level | "
+          "adjusted CI | adjusted p | verdict |")
+    print("|---" * 13 + "|")
+    for r in rows:
+        if r["n"] < 2:
+            continue
+        print(f"| {r['family']} | {r['claim']} | {r['a']} - {r['b']} | {r['figure']} | {r['n']} | {r['mean']:+.4f} | "
+              f"({r['ci'][0]:+.4f}, {r['ci'][1]:+.4f}) | {r['p']:.3f} | {r['raw']} | {r['rank']}/{r['m']}, "
+              f"{100 * r['level']:.2f}% | ({r['ci_adj'][0]:+.4f}, {r['ci_adj'][1]:+.4f}) | {r['p_adj']:.3f} | "
+              f"{words(r)} |")
+    g, w = regime(suite, logs), WRITE_UP
+    print(f"\nThe regime, baseline against the write-up's: parameters {g['params']:,} ({g['params_no_embed']:,} "
+          f"without the token embedding) against {w['params']:,} ({w['params'] - w['vocab'] * w['n_embed']:,}); "
+          f"training tokens {g['train_tokens'] or 0:,} against {w['train_tokens']:,} "
+          f"({(g['train_tokens'] or 0) / g['params']:.2f} and "
+          f"{w['train_tokens'] / w['params']:.2f} per parameter); validation tokens {g['val_tokens'] or 0:,} "
+          f"({g['val_articles']} articles) against {w['val_tokens']:,}; "
+          f"passes {g['seen'] / (g['train_tokens'] or 1):.1f} "
+          f"against {w['steps'] * w['batch_tokens'] / w['train_tokens']:.1f}; best val {g['best_val']:.3f} against "
+          f"{w['val']:.3f}; final val - train {g['gap']:.3f} against {w['val'] - w['train']:.3f}; "
+          + (f"a Kneser-Ney bigram's val loss {g['bigram']:.3f}" if "bigram" in g
+             else "(prepare the data for a bigram)"))
     return logs
 
 

@@ -68,7 +68,8 @@ def test_paired_difference_uses_the_seeds_both_runs_have_with_a_t_interval():
     se = d.std(ddof=1) / math.sqrt(3)
     assert p["n"] == 3 and p["wins"] == 3
     assert math.isclose(p["mean"], d.mean()) and math.isclose(p["se"], se)
-    assert np.allclose(p["ci"], (d.mean() - 4.303 * se, d.mean() + 4.303 * se))
+    t = study.t_quantile(0.95, 2)  # 4.303
+    assert np.allclose(p["ci"], (d.mean() - t * se, d.mean() + t * se))
 
 
 def test_close_runs_are_those_whose_interval_holds_zero_which_covers_two_standard_errors():
@@ -116,3 +117,115 @@ def test_a_long_run_starts_from_the_finished_short_run_of_its_config_and_seed_on
     assert study.start_from_shorter_run("long", "baseline", 2, str(tmp_path / "long" / "baseline_seed2")) is None
     assert study.start_from_shorter_run("short", "baseline", 0, str(tmp_path / "other")) is None
     assert not (tmp_path / "long" / "baseline_seed1").exists() and not (tmp_path / "other").exists()
+
+
+def test_t_quantiles_and_p_values_match_the_printed_table():
+    """t_quantile and t_two_sided_p (closed form, no scipy) against the 95% two-sided t table and one 99% value."""
+    table = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+    for df, t in table.items():
+        assert abs(study.t_quantile(0.95, df) - t) < 6e-4, df
+        assert abs(study.t_two_sided_p(t, df) - 0.05) < 1e-4, df
+    assert abs(study.t_quantile(0.99, 4) - 4.604) < 1e-3
+    assert study.t_two_sided_p(0.0, 3) == 1.0 and study.t_two_sided_p(-2.776, 4) == study.t_two_sided_p(2.776, 4)
+
+
+def test_holm_steps_down_and_stops_at_the_first_p_above_its_level():
+    """p 0.005, 0.01, 0.03, 0.04 (m = 4) against 0.05/4, 0.05/3, 0.05/2, 0.05/1: the first two are rejected, the
+    third is not (0.03 > 0.025), so neither is the fourth, though 0.04 < 0.05 alone."""
+    out = study.holm([0.01, 0.04, 0.03, 0.005])
+    assert [rank for rank, _, _ in out] == [2, 4, 3, 1]
+    assert np.allclose([p for _, p, _ in out], [0.03, 0.06, 0.06, 0.02])
+    assert np.allclose([level for _, _, level in out], [1 - 0.05 / 3, 1 - 0.05 / 2, 1 - 0.05 / 2, 1 - 0.05 / 4])
+
+
+def family_logs(differences):
+    """Synthetic logs: a baseline and one run per list of seed-wise val-loss differences to it."""
+    base = [5.0, 5.2, 4.9, 5.1, 5.05]
+    logs = {"baseline": {s: log(v) for s, v in enumerate(base)}}
+    for name, d in differences.items():
+        logs[name] = {s: log(base[s] + x) for s, x in enumerate(d)}
+    return logs
+
+
+def rows_of(logs, runs, writeup=-0.05):
+    return study.with_holm([dict(family="f", claim=run, a=run, b="baseline", figure="best_val", writeup=writeup,
+                                 **study.paired(logs, run, "baseline", "best_val")) for run in runs])
+
+
+def test_a_raw_significant_claim_is_not_detected_after_holm_in_a_family_of_two():
+    """One comparison with p between 0.025 and 0.05 holds alone, and no longer in a family with a null one; the verdict
+    then gives the write-up's effect and whether the interval holds it."""
+    logs = family_logs({"a": [-0.06, -0.02, -0.05, -0.08, 0.0], "null": [0.03, -0.04, 0.05, -0.02, 0.01]})
+    alone, = rows_of(logs, ["a"])
+    assert 0.025 < alone["p"] < 0.05 and alone["raw"] == alone["adjusted"] == "holds" and study.words(alone) == "holds"
+    a, null = rows_of(logs, ["a", "null"])
+    assert a["raw"] == "holds" and a["adjusted"] == "not detected" and a["p_adj"] == min(1, 2 * a["p"])
+    assert a["ci_adj"][0] < a["ci"][0] < a["ci"][1] < 0 < a["ci_adj"][1]
+    assert study.words(a).startswith("not detected") and "including the write-up's -0.050" in study.words(a)
+    assert "excluding the write-up's -0.200" in study.words(rows_of(logs, ["a", "null"], writeup=-0.2)[0])
+
+
+def test_a_claim_holds_or_is_contradicted_exactly_when_holm_rejects_it():
+    """Over random families: the adjusted interval excludes zero if and only if the Holm-adjusted p is below 0.05, and
+    its sign gives the word (below zero: holds; above: contradicted)."""
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        runs = {f"r{i}": list(rng.normal(rng.normal(0, 0.05), 0.03, 5)) for i in range(rng.integers(2, 8))}
+        for row in rows_of(family_logs(runs), list(runs)):
+            rejected = row["p_adj"] <= 0.05
+            assert (row["adjusted"] != "not detected") == rejected, row
+            if rejected:
+                assert row["adjusted"] == ("holds" if row["mean"] < 0 else "contradicted")
+
+
+def curve_log(train, val, every=10):
+    return [{"iter": every * i, "train_loss": t, "val_loss": v} for i, (t, v) in enumerate(zip(train, val))]
+
+
+def test_matched_train_loss_tells_fitting_more_slowly_from_overfitting_more_slowly():
+    """Val loss as one U-shaped function of train loss. A run that follows it at half the speed ends with a lower val
+    loss (it is less far down the U) yet matches the baseline at equal train loss; a run with the baseline's train loss
+    and a val loss 0.1 lower from train loss 4.5 on is lower there."""
+    steps = np.arange(200)
+    u = lambda train: 5.0 + 0.5 * (train - 4.5) ** 2
+
+    def logs_for(seeds):
+        logs = {"baseline": {}, "slower": {}, "overfits_less": {}}
+        for s in seeds:
+            fast, slow = 6.0 - 3.0 * steps / 200 + 0.01 * s, 6.0 - 1.5 * steps / 200 + 0.01 * s
+            logs["baseline"][s] = curve_log(fast, u(fast))
+            logs["slower"][s] = curve_log(slow, u(slow))
+            logs["overfits_less"][s] = curve_log(fast, u(fast) - 0.1 * (fast < 4.5) * (1 + 0.01 * s))
+        return logs
+
+    logs = logs_for(range(3))
+    assert study.paired(logs, "slower", "baseline", "final_val")["mean"] < -0.5
+    slower = dict(study.fit_or_overfit(logs, "slower", "baseline", [5.0, 4.6]))
+    less = dict(study.fit_or_overfit(logs, "overfits_less", "baseline", [5.0, 4.2]))
+    assert abs(slower["val at train loss 4.6"]["mean"]) < 1e-3
+    assert abs(slower["val at its own final train loss"]["mean"]) < 1e-3
+    assert abs(less["val at train loss 5.0"]["mean"]) < 1e-9 and less["val at train loss 4.2"]["ci"][1] < -0.09
+
+
+def test_step_at_interpolates_the_first_crossing_and_value_at_reads_between_evaluations():
+    log_ = curve_log([5.0, 4.0, 4.5, 3.0], [6.0, 5.0, 5.5, 7.0])  # steps 0, 10, 20, 30
+    assert study.step_at(log_, 4.5) == 5.0  # the first time down to 4.5, not step 20
+    assert study.step_at(log_, 2.0) is None
+    assert study.value_at(log_, 25.0) == 6.25
+
+
+def test_smoothed_best_is_the_minimum_of_a_centred_moving_average_and_is_above_a_noisy_minimum():
+    noisy = log(5.0, 4.8, 5.0, 4.6, 5.0, 4.8, 5.0)  # alternating noise around a flat bottom
+    assert study.run_figures(noisy)["best_val"] == 4.6
+    assert math.isclose(study.smoothed_best(noisy, k=3), (4.8 + 5.0 + 4.6) / 3)
+    assert study.smoothed_best(noisy, k=1) == 4.6
+
+
+def test_bigram_probabilities_sum_to_one_for_every_context_including_unseen_ids():
+    """Ids 5 and 6 never occur in training: as context (backing off) and as next token (the uniform floor), every
+    conditional distribution of the Kneser-Ney bigram still sums to one."""
+    train = np.random.default_rng(0).integers(0, 5, 300)
+    for v in range(7):
+        total = sum(math.exp(-study.bigram_loss(train, [v, w], 7)) for w in range(7))
+        assert math.isclose(total, 1.0, rel_tol=1e-9), v
+    assert study.bigram_loss(train, [0, 6], 7) > study.bigram_loss(train, [0, 1], 7)
