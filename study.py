@@ -14,6 +14,7 @@ them), for evaluate.py and sample.py, and so that a run can be extended exactly 
 Runs with the same seed see the same batches, so each comparison is made seed by seed (paired).
 """
 import argparse
+import json
 import math
 import os
 import shutil
@@ -121,7 +122,8 @@ def run_all(suite, results, jobs, max_iters, n_jobs):
             status, last = future.result()
             failed += last is None
             losses = f"train {last['train_loss']:.4f}, val {last['val_loss']:.4f}; " if last else ""
-            print(f"[{i:2d}/{len(jobs)}] {run} seed {seed}: {losses}{status}; {(time.time() - start) / 60:.1f} min so far",
+            minutes = (time.time() - start) / 60
+            print(f"[{i:2d}/{len(jobs)}] {run} seed {seed}: {losses}{status}; {minutes:.1f} min so far",
                   flush=True)
     return failed
 
@@ -394,8 +396,7 @@ def regime(suite, logs):
     """The regime of a suite against the write-up's: parameters with and without the token embedding, tokens, passes,
     losses of the baseline, and a bigram model's val loss where the suite's data is prepared."""
     from model import ModelConfig, build_model
-    namespace = {}
-    exec(open(os.path.join(ROOT, "config", f"{SUITES[suite]['config']}baseline.py")).read(), namespace)
+    namespace = read_config(os.path.join(ROOT, "config", f"{SUITES[suite]['config']}baseline.py"))
     params = build_model(ModelConfig(**{k: v for k, v in namespace.items() if k in ModelConfig.flags()})).num_params()
     data = os.path.join(ROOT, "data", SUITES[suite]["dataset"])
     meta = json.load(open(os.path.join(data, "meta.json"))) if os.path.exists(os.path.join(data, "meta.json")) else {}
@@ -450,15 +451,16 @@ def summary(suite, results):
               f"{100 * r['level']:.2f}% | ({r['ci_adj'][0]:+.4f}, {r['ci_adj'][1]:+.4f}) | {r['p_adj']:.3f} | "
               f"{words(r)} |")
     g, w = regime(suite, logs), WRITE_UP
+    data = (f"training tokens {g['train_tokens']:,} against {w['train_tokens']:,} "
+            f"({g['train_tokens'] / g['params']:.2f} and {w['train_tokens'] / w['params']:.2f} per parameter); "
+            f"validation tokens {g['val_tokens']:,} ({g['val_articles']} articles) against {w['val_tokens']:,}; "
+            f"passes {g['seen'] / g['train_tokens']:.1f} against "
+            f"{w['steps'] * w['batch_tokens'] / w['train_tokens']:.1f}"
+            if g["train_tokens"] else f"tokens and passes: prepare data/{SUITES[suite]['dataset']} to see them")
     print(f"\nThe regime, baseline against the write-up's: parameters {g['params']:,} ({g['params_no_embed']:,} "
           f"without the token embedding) against {w['params']:,} ({w['params'] - w['vocab'] * w['n_embed']:,}); "
-          f"training tokens {g['train_tokens'] or 0:,} against {w['train_tokens']:,} "
-          f"({(g['train_tokens'] or 0) / g['params']:.2f} and "
-          f"{w['train_tokens'] / w['params']:.2f} per parameter); validation tokens {g['val_tokens'] or 0:,} "
-          f"({g['val_articles']} articles) against {w['val_tokens']:,}; "
-          f"passes {g['seen'] / (g['train_tokens'] or 1):.1f} "
-          f"against {w['steps'] * w['batch_tokens'] / w['train_tokens']:.1f}; best val {g['best_val']:.3f} against "
-          f"{w['val']:.3f}; final val - train {g['gap']:.3f} against {w['val'] - w['train']:.3f}; "
+          f"{data}; best val {g['best_val']:.3f} against {w['val']:.3f}; "
+          f"final val - train {g['gap']:.3f} against {w['val'] - w['train']:.3f}; "
           + (f"a Kneser-Ney bigram's val loss {g['bigram']:.3f}" if "bigram" in g
              else "(prepare the data for a bigram)"))
     return logs
@@ -470,7 +472,8 @@ if __name__ == "__main__":
     parser.add_argument("--results", default=None, help="folder of the logs (default results/<suite>_study)")
     parser.add_argument("--max_iters", type=int, default=None, help="steps per run (default: the suite's)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time, one CPU thread each")
-    parser.add_argument("--input", default=None, help="a local copy of WikiText-2's valid.txt, instead of downloading it")
+    parser.add_argument("--input", default=None,
+                        help="a local copy of WikiText-2's valid.txt, instead of downloading it")
     parser.add_argument("--summary", action="store_true", help="print the table of finished runs and stop")
     args = parser.parse_args()
     suite = SUITES[args.suite]
@@ -498,5 +501,6 @@ if __name__ == "__main__":
             print(f"not told from the baseline after {len(suite['seeds'])} seeds: {', '.join(close) or 'none'}")
             extra = [(run, seed) for seed in suite["extra_seeds"] for run in (["baseline"] + close if close else [])]
             failed += run_all(args.suite, results, extra, max_iters, args.jobs)
-    print(f"study done{f', {failed} run(s) FAILED' if failed else ''}; the table: python study.py --suite={args.suite} --summary")
+    print(f"study done{f', {failed} run(s) FAILED' if failed else ''}; "
+          f"the table: python study.py --suite={args.suite} --summary")
     sys.exit(1 if failed else 0)
