@@ -104,10 +104,10 @@ def split_wikitext(text, name):
 
 def prepare_command(dataset):
     """The command that builds data/<dataset> under the default names, for the hint when it is missing."""
-    wikitext2 = re.fullmatch(r"wikitext2_(train|valid|test|all)_(gpt2|byte)(c?)", dataset)
+    wikitext2 = re.fullmatch(r"wikitext2_(train|valid|test|all)(?:-(train|valid|test))?_(gpt2|byte)(c?)", dataset)
     if wikitext2:
-        return (f"python prepare_wikipedia.py --wikitext2={wikitext2[1]} --tokenizer={wikitext2[2]}"
-                + " --compact_vocab" * bool(wikitext2[3]))
+        return (f"python prepare_wikipedia.py --wikitext2={wikitext2[1]} --tokenizer={wikitext2[3]}"
+                + f" --wikitext2_val={wikitext2[2]}" * bool(wikitext2[2]) + " --compact_vocab" * bool(wikitext2[4]))
     if dataset == "wikipedia":
         return "python prepare_wikipedia.py"
     lang = re.fullmatch(r"wikipedia_([a-z-]+)", dataset)

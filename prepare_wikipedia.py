@@ -345,6 +345,11 @@ def main(argv=None):
     parser.add_argument("--wikitext2", nargs="?", const="valid", choices=[*WIKITEXT2_FILES, "all"],
                         help="download WikiText-2's valid (default), train or test text, or all three, "
                              "into <out_dir>/wikitext-2/ and prepare it as --input would")
+    parser.add_argument("--wikitext2_val", choices=list(WIKITEXT2_FILES), default=None,
+                        help="with --wikitext2: download this split too and make it val.bin alone, "
+                             "e.g. --wikitext2=valid --wikitext2_val=test")
+    parser.add_argument("--val_input", nargs="+", metavar="PATH",
+                        help="local text for val.bin alone; every article of --input then goes to train.bin")
     parser.add_argument("--wikitext2_url", default=WIKITEXT2_URL, help="where the WikiText-2 .txt files are")
     parser.add_argument("--tokenizer", default="gpt2", help="gpt2 (GPT-2 BPE) or byte (UTF-8 bytes)")
     parser.add_argument("--compact_vocab", action="store_true",
@@ -357,6 +362,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.input and args.wikitext2:
         fail("give --input or --wikitext2, not both")
+    if args.wikitext2_val and not args.wikitext2:
+        fail("--wikitext2_val names the val split of a --wikitext2 dataset; add --wikitext2=valid (or train)")
+    if args.val_input and not (args.input or args.wikitext2) or args.val_input and args.wikitext2_val:
+        fail("--val_input gives the val text of an --input or --wikitext2 dataset (not with --wikitext2_val)")
     if args.num_articles < 1:
         fail(f"--num_articles must be at least 1, got {args.num_articles}")
     if not 0 <= args.val_fraction < 1:
@@ -364,11 +373,14 @@ def main(argv=None):
     encode, _, vocab_size, eot_token = get_tokenizer(args.tokenizer)  # fail fast on a bad name
     if args.compact_vocab and args.tokenizer != "gpt2":
         fail("--compact_vocab renumbers GPT-2 token ids; use it with --tokenizer gpt2")
-    name = args.name or (f"wikitext2_{args.wikitext2}_{args.tokenizer}{'c' * args.compact_vocab}" if args.wikitext2 else
+    wikitext2 = f"{args.wikitext2}{'-' + args.wikitext2_val if args.wikitext2_val else ''}"
+    name = args.name or (f"wikitext2_{wikitext2}_{args.tokenizer}{'c' * args.compact_vocab}" if args.wikitext2 else
                          "wikipedia" if args.lang == "en" else f"wikipedia_{args.lang}")
-    if args.wikitext2:  # from here on exactly as --input with the downloaded files
-        args.input = wikitext2_files(args.wikitext2, args.wikitext2_url, os.path.join(args.out_dir, "wikitext-2"),
-                                     args.retry_delay)
+    if args.wikitext2:  # from here on exactly as --input (and --val_input) with the downloaded files
+        folder = os.path.join(args.out_dir, "wikitext-2")
+        args.input = wikitext2_files(args.wikitext2, args.wikitext2_url, folder, args.retry_delay)
+        if args.wikitext2_val:
+            args.val_input = wikitext2_files(args.wikitext2_val, args.wikitext2_url, folder, args.retry_delay)
     out = os.path.join(args.out_dir, name)
     os.makedirs(out, exist_ok=True)
     t0 = time.time()
@@ -376,6 +388,9 @@ def main(argv=None):
     if args.input:
         articles = read_input(args.input)
         source = "local files: " + " ".join(args.input)
+        if args.val_input:  # val.bin from these alone
+            articles += [dict(a, val=True) for a in read_input(args.val_input)]
+            source += "; val.bin from " + " ".join(args.val_input)
     else:
         api_url = args.api_url or f"https://{args.lang}.wikipedia.org/w/api.php"
         cache_path = os.path.join(out, "articles.jsonl")
@@ -406,14 +421,20 @@ def main(argv=None):
              f"({num_found} found); give more text or lower --min_chars")
 
     # split by whole articles, so no article has text in both train and val
-    num_val = round(len(articles) * args.val_fraction)
-    if args.val_fraction > 0:
-        num_val = max(1, num_val)
-    if num_val >= len(articles):
-        fail(f"{len(articles)} article(s) are too few to split with --val_fraction={args.val_fraction}; "
-             f"give more text or use --val_fraction 0")
-    is_val = np.zeros(len(articles), dtype=bool)
-    is_val[np.random.default_rng(args.seed).permutation(len(articles))[:num_val]] = True
+    if args.val_input:
+        is_val = np.array([a.get("val", False) for a in articles])
+        if is_val.all() or not is_val.any():
+            fail(f"{'no train' if is_val.all() else 'no val'} article of at least --min_chars={args.min_chars} "
+                 f"characters; give more text or lower --min_chars")
+    else:
+        num_val = round(len(articles) * args.val_fraction)
+        if args.val_fraction > 0:
+            num_val = max(1, num_val)
+        if num_val >= len(articles):
+            fail(f"{len(articles)} article(s) are too few to split with --val_fraction={args.val_fraction}; "
+                 f"give more text or use --val_fraction 0")
+        is_val = np.zeros(len(articles), dtype=bool)
+        is_val[np.random.default_rng(args.seed).permutation(len(articles))[:num_val]] = True
 
     # tokenize; each article is followed by the end-of-text token
     assert vocab_size <= 2 ** 16, "token ids must fit in uint16"
@@ -437,7 +458,7 @@ def main(argv=None):
         meta[f"{split}_tokens"], meta[f"{split}_articles"] = len(ids), len(arrays)
         meta[f"{split}_token_sum"] = int(ids.sum(dtype=np.uint64))  # train.py tells files of two preparations apart
     meta.update(source=source, min_chars=args.min_chars, skipped_short_articles=num_found - len(articles),
-                val_fraction=args.val_fraction, seed=args.seed)
+                val_fraction=None if args.val_input else args.val_fraction, seed=args.seed)
     write_atomic(os.path.join(out, "meta.json"), (json.dumps(meta, indent=2) + "\n").encode("utf-8"))
     print(f"wrote {out}: train {meta['train_tokens']:,} tokens ({meta['train_articles']} articles), "
           f"val {meta['val_tokens']:,} tokens ({meta['val_articles']} articles), "

@@ -55,6 +55,15 @@ SUITES = {
                       best="encdec_mse_pos_sub_coeff1", figures=["best_val", "late_val", "final_val"],
                       train_levels=[4.2, 3.9, 3.6],
                       runs=["baseline", "encdec_none", "encdec_mse_pos_sub_coeff1"]),
+    # The gpt2_long runs on a held-out set 16x larger: trained on all 60 articles of WikiText-2's validation split,
+    # evaluated on its test split (~296k tokens, also without the ids that never occur in training), every 100 steps,
+    # 5 seeds; with the control for "fits more slowly", the baseline at a learning rate lowered so that its train
+    # loss tracks the bare encoder-decoder's (config/cpu_gpt2_baseline_slow.py says how it was picked)
+    "gpt2_heldout": dict(results="results/gpt2_heldout", config="cpu_gpt2_", seeds=[0, 1, 2, 3, 4], max_iters=3000,
+                         dataset="wikitext2_valid-test_gpt2c", prepare=["--tokenizer=gpt2", "--compact_vocab"],
+                         download=["--wikitext2=valid", "--wikitext2_val=test"],
+                         args=["--dataset=wikitext2_valid-test_gpt2c", "--vocab_size=18013", "--eval_interval=100"],
+                         runs=["baseline", "encdec_none", "encdec_mse_pos_sub_coeff1", "baseline_slow"]),
 }
 
 
@@ -100,6 +109,7 @@ def train(suite, results, run, seed, max_iters):
     resume = os.path.exists(ckpt)
     cmd = [sys.executable, "train.py", f"config/{SUITES[suite]['config']}{run}.py", f"--seed={seed}",
            f"--out_dir={os.path.relpath(out_dir, ROOT)}", f"--max_iters={max_iters}"]
+    cmd += SUITES[suite].get("args", [])
     if suite == "byte":  # a shorter study keeps the configs' schedule shape: the cosine reaches min_lr at the last step
         cmd += [f"--lr_decay_iters={max_iters}", f"--eval_interval={max(1, max_iters // 4)}"]
     cmd += ["--init_from=resume"] if resume else []
@@ -111,6 +121,36 @@ def train(suite, results, run, seed, max_iters):
     note = (f" (from the {SUITES[suite]['extends']} suite's step {started_at})" if started_at is not None
             else " (resumed)" if resume else "")
     return f"{time.time() - t0:.0f}s{note}", read_log(os.path.join(out_dir, "log.jsonl"))[0][-1]
+
+
+def pick_lr(rates, n_jobs, seed=0, reference="encdec_none"):
+    """The control's learning rate, picked on seed 0 of the gpt2 suite (same text, schedule and evaluation): baselines
+    at each rate (min_lr a tenth of it), and the rate whose train-loss curve is nearest the bare encoder-decoder's
+    (root mean square difference over the evaluations from step 100)."""
+    results = os.path.join(ROOT, "results", "gpt2_lr_pick")
+    ref_log = read_log(os.path.join(ROOT, run_dir(SUITES["gpt2"]["results"], reference, seed), "log.jsonl"))[0]
+    ref = {r["iter"]: r["train_loss"] for r in ref_log}
+
+    def run(rate):
+        out_dir = run_dir(results, f"baseline_lr{rate:g}", seed)
+        log = read_log(os.path.join(out_dir, "log.jsonl"))[0]
+        if not log or log[-1]["iter"] < max(ref):
+            resume = ["--init_from=resume"] if os.path.exists(os.path.join(out_dir, "ckpt.pt")) else []
+            subprocess.run([sys.executable, "train.py", "config/cpu_gpt2_baseline.py", f"--seed={seed}",
+                            f"--learning_rate={rate}", f"--min_lr={rate / 10}", f"--max_iters={max(ref)}",
+                            f"--out_dir={os.path.relpath(out_dir, ROOT)}", *resume], cwd=ROOT, check=True,
+                           env=dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"), capture_output=True)
+            log = read_log(os.path.join(out_dir, "log.jsonl"))[0]
+        d = [r["train_loss"] - ref[r["iter"]] for r in log if r["iter"] >= 100 and r["iter"] in ref]
+        return math.sqrt(sum(x * x for x in d) / len(d)), sum(d) / len(d)
+
+    with ThreadPoolExecutor(n_jobs) as pool:
+        distances = dict(zip(rates, pool.map(run, rates)))
+    for rate, (rms, mean) in distances.items():
+        print(f"learning_rate={rate:g}: train loss - {reference}'s: rms {rms:.4f}, mean {mean:+.4f}")
+    best = min(rates, key=lambda rate: distances[rate][0])
+    print(f"nearest: learning_rate={best:g}")
+    return best
 
 
 def run_all(suite, results, jobs, max_iters, n_jobs):
@@ -474,15 +514,25 @@ if __name__ == "__main__":
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time, one CPU thread each")
     parser.add_argument("--input", default=None,
                         help="a local copy of WikiText-2's valid.txt, instead of downloading it")
+    parser.add_argument("--val_input", default=None, help="gpt2_heldout: a local copy of WikiText-2's test.txt "
+                                                          "(default: test.txt beside --input)")
     parser.add_argument("--summary", action="store_true", help="print the table of finished runs and stop")
+    parser.add_argument("--pick_lr", default=None, help="comma-separated learning rates: pick the gpt2_heldout "
+                                                        "control's (see pick_lr) and stop")
     args = parser.parse_args()
     suite = SUITES[args.suite]
+    if args.pick_lr:
+        pick_lr([float(rate) for rate in args.pick_lr.split(",")], args.jobs)
+        sys.exit(0)
     results = os.path.join(ROOT, args.results or suite["results"])
     if args.summary:
         summary(args.suite, results)
         sys.exit(0)
     if not os.path.exists(os.path.join(ROOT, "data", suite["dataset"], "train.bin")):
-        source = [f"--input={args.input}", f"--name={suite['dataset']}"] if args.input else ["--wikitext2=valid"]
+        source = ([f"--input={args.input}", f"--name={suite['dataset']}"] if args.input else
+                  suite.get("download", ["--wikitext2=valid"]))
+        if args.input and "download" in suite:  # a held-out val text of its own
+            source += ["--val_input", args.val_input or os.path.join(os.path.dirname(args.input), "test.txt")]
         if subprocess.run([sys.executable, "prepare_wikipedia.py", *source, *suite["prepare"]], cwd=ROOT).returncode:
             sys.exit(f"error: could not prepare data/{suite['dataset']}; see the message above")
     max_iters = args.max_iters or suite.get("max_iters")

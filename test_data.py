@@ -94,7 +94,8 @@ def test_wikitext_splits_at_top_level_titles_only(tmp_path):
         {"title": "plain.txt", "text": "Just one plain text.\n\nNo titles."}]
 
 
-@pytest.mark.parametrize("dataset", ["wikitext2_valid_byte", "wikitext2_test_gpt2", "wikitext2_valid_gpt2c"])
+@pytest.mark.parametrize("dataset", ["wikitext2_valid_byte", "wikitext2_test_gpt2", "wikitext2_valid_gpt2c",
+                                     "wikitext2_valid-test_gpt2c"])
 def test_prepare_command_of_a_wikitext2_dataset_builds_that_dataset(wikitext2_host, tmp_path, dataset):
     command = data.prepare_command(dataset).split()
     assert command[:2] == ["python", "prepare_wikipedia.py"]

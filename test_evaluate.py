@@ -102,7 +102,7 @@ def test_split_losses_read_every_val_token_once_and_as_many_train_windows_spread
         return losses
     monkeypatch.setattr(evaluate, "token_losses", recorded)
     result = evaluate.split_losses(model, str(folder), 16, 64, "cpu")
-    assert set(result) == {"train_loss", "val_loss"}
+    assert set(result) == {"train_loss", "val_loss", "val_loss_seen_ids"}
     (n_train, train_starts, train_losses), (n_val, val_starts, val_losses) = calls
     assert (n_train, n_val, val_starts) == (len(train), len(val), None)
     assert len(train_starts) == len(evaluate.window_starts(len(val), 16)) > 1
@@ -110,6 +110,23 @@ def test_split_losses_read_every_val_token_once_and_as_many_train_windows_spread
     assert result["train_loss"] == pytest.approx(train_losses.mean(), rel=1e-12)
     direct = token_losses(model, val.astype(np.int64), 16, 64, "cpu")  # evaluate.py's figure for the val split
     assert len(val_losses) == len(val) - 1 and result["val_loss"] == pytest.approx(direct.mean(), rel=1e-6)
+    unseen = ~np.isin(val[1:], train)  # targets whose id never occurs in train.bin
+    assert 0 < unseen.sum() < len(unseen), "the stand-in text should have a few val-only ids"
+    assert result["val_loss_seen_ids"] == pytest.approx(direct[~unseen].mean(), rel=1e-6)
+
+
+def test_split_losses_spread_at_most_512_train_windows(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 12000), ("val", 9000)):  # 562 val windows of 16
+        rng.integers(0, 50, size=n).astype(np.uint16).tofile(tmp_path / f"{split}.bin")
+    starts, token_losses = [], evaluate.token_losses
+
+    def recorded(model, tokens, block, batch_size, device, windows=None, *args):
+        starts.append(windows)
+        return token_losses(model, tokens, block, batch_size, device, windows, *args)
+    monkeypatch.setattr(evaluate, "token_losses", recorded)
+    evaluate.split_losses(tiny_model(vocab_size=50, context_size=16), str(tmp_path), 16, 256, "cpu")
+    assert len(starts[0]) == 512 and starts[1] is None
 
 
 TRAIN = ["--dataset=small", "--variant=encdec", "--n_layer=1", "--n_embed=16", "--n_head=2", "--context_size=32",

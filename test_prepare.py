@@ -275,6 +275,31 @@ def test_wikitext2_download_prepares_token_for_token_what_input_prepares(wikitex
     assert wikitext2_host.ranges == [("valid.txt", None)]
 
 
+def test_wikitext2_val_makes_val_bin_of_that_split_alone_as_val_input_does(wikitext2_host, tmp_path):
+    prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2=valid", "--wikitext2_val=test")
+    cache, out = tmp_path / "wikitext-2", tmp_path / "wikitext2_valid-test_byte"
+    assert sorted(os.listdir(cache)) == ["test.txt", "valid.txt"]
+    pw.main(["--input", str(cache / "valid.txt"), "--val_input", str(cache / "test.txt"), "--min_chars", "0",
+             "--tokenizer", "byte", "--out_dir", str(tmp_path), "--name", "by_input"])
+    for f in ("train.bin", "val.bin"):
+        assert (out / f).read_bytes() == (tmp_path / "by_input" / f).read_bytes()
+    encode, _, _, eot = data.get_tokenizer("byte")
+    whole = {split: b"".join(bytes(encode(a["text"]) + [eot]) for a in data.split_wikitext(wikitext(i).decode(), ""))
+             for split, i in (("train", 1), ("val", 2))}  # every article of valid.txt trains, every one of test.txt
+    assert (out / "train.bin").read_bytes() == np.frombuffer(whole["train"], np.uint8).astype(np.uint16).tobytes()
+    assert (out / "val.bin").read_bytes() == np.frombuffer(whole["val"], np.uint8).astype(np.uint16).tobytes()
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["val_fraction"] is None and meta["val_articles"] == len(data.split_wikitext(wikitext(2).decode(), ""))
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--wikitext2_val=test"], "add --wikitext2=valid"),
+    (["--val_input", "x.txt"], "--val_input gives the val text"),
+])
+def test_val_split_options_without_their_dataset_are_one_line_errors(tmp_path, args, fragment):
+    assert_one_line_error(run("prepare_wikipedia.py", *args, cwd=tmp_path, check=False), fragment)
+
+
 def test_wikitext2_all_downloads_and_checks_the_three_files(wikitext2_host, tmp_path):
     prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2=all")
     assert sorted(os.listdir(tmp_path / "wikitext-2")) == ["test.txt", "train.txt", "valid.txt"]

@@ -2,6 +2,7 @@
 
     python -m pytest -q test_study.py
 """
+import json
 import math
 import os
 
@@ -23,9 +24,35 @@ def model_of(suite, run):
 
 @pytest.mark.parametrize("suite", sorted(study.SUITES))
 def test_every_run_of_a_suite_has_a_config_on_the_suites_dataset(suite):
+    args = dict(arg[2:].split("=", 1) for arg in study.SUITES[suite].get("args", []))  # the suite's overrides
     for run in study.SUITES[suite]["runs"]:
         namespace, _ = model_of(suite, run)
-        assert namespace["dataset"] == study.SUITES[suite]["dataset"], run
+        assert args.get("dataset", namespace["dataset"]) == study.SUITES[suite]["dataset"], run
+
+
+def test_a_heldout_run_trains_with_the_suites_overrides_after_its_config(tmp_path, monkeypatch):
+    commands = []
+    monkeypatch.setattr(study.subprocess, "run", lambda cmd, **kw: commands.append(cmd) or
+                        study.subprocess.CompletedProcess(cmd, 1, "", "stopped here"))
+    study.train("gpt2_heldout", str(tmp_path), "baseline_slow", 3, 3000)
+    cmd = commands[0]
+    assert cmd[2] == "config/cpu_gpt2_baseline_slow.py" and cmd[-3:] == study.SUITES["gpt2_heldout"]["args"]
+    assert "--seed=3" in cmd and "--max_iters=3000" in cmd
+
+
+def test_pick_lr_takes_the_rate_whose_train_curve_is_nearest_the_bare_encoder_decoders(tmp_path, monkeypatch):
+    monkeypatch.setattr(study, "ROOT", str(tmp_path))
+
+    def write_log(folder, offset):
+        os.makedirs(folder)
+        with open(os.path.join(folder, "log.jsonl"), "w") as f:
+            f.writelines(json.dumps({"iter": i, "train_loss": 6 - i / 400 + offset(i)}) + "\n"
+                         for i in range(0, 1250, 50))
+    write_log(tmp_path / "results" / "gpt2_study" / "encdec_none_seed0", lambda i: 0)
+    offsets = {0.002: lambda i: -i / 10000, 0.0015: lambda i: 0.02, 0.001: lambda i: 0.15}  # already trained
+    for rate, offset in offsets.items():
+        write_log(tmp_path / "results" / "gpt2_lr_pick" / f"baseline_lr{rate:g}_seed0", offset)
+    assert study.pick_lr(list(offsets), 1) == 0.0015
 
 
 def test_gpt2_suite_matches_parameters_as_the_write_up_does():
