@@ -37,6 +37,17 @@ def fail(message):
     raise SystemExit(f"error: {message}")
 
 
+def on_ctrl_c(message):
+    """Make Ctrl-C stop the script with one line, `interrupted: message` (what is kept, how to go on), and exit
+    status 130, instead of a traceback."""
+    def hook(kind, value, tb):
+        if not issubclass(kind, KeyboardInterrupt):
+            return sys.__excepthook__(kind, value, tb)
+        print(f"interrupted: {message}", file=sys.stderr, flush=True)
+        os._exit(130)
+    sys.excepthook = hook
+
+
 def read_config(path):
     """The settings a config file assigns, {name: value}; an error in it names the file and line, not a traceback.
     A config file may import a sibling it extends: `from config.cpu_base import *`."""

@@ -119,6 +119,31 @@ def workdir(tmp_path_factory):
     return root
 
 
+@pytest.fixture
+def small_disk(tmp_path):
+    """small_disk(name, kilobytes, read_only=False): a folder of tmp_path on a tmpfs of that size, a real small (or
+    read-only) disk. Mounting needs root: elsewhere the test is skipped, saying so."""
+    mounts = []
+
+    def make(name, kilobytes, read_only=False):
+        folder = tmp_path / name
+        folder.mkdir()
+        options = f"size={kilobytes}k" + ",ro" * read_only
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True).returncode:
+            pytest.skip("cannot mount a small tmpfs here (it needs root), so a real full disk is not tried")
+        mounts.append(folder)
+        return folder
+    yield make
+    for folder in mounts:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def fill(folder, leave=0):
+    """Fill the disk holding folder, leaving about `leave` bytes free."""
+    free = shutil.disk_usage(folder).free - leave
+    (folder / "filler").write_bytes(b"\0" * max(0, free - free % 4096))
+
+
 def copy_run(workdir, tmp_path, name="out"):
     """tmp_path with data/tiny and a copy of the finished 6-iteration run in tmp_path/name."""
     shutil.copytree(workdir / "data" / "tiny", tmp_path / "data" / "tiny")

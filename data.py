@@ -8,11 +8,15 @@ The on-disk format of a dataset and of a checkpoint, shared by every script:
 Here live the tokenizers, the checks that a dataset is whole, the command that prepares a missing one, the atomic
 writer and the checkpoint loader. prepare_wikipedia.py writes datasets; train, sample and evaluate read them.
 """
+import atexit
 import errno
+import fcntl
 import functools
 import json
 import os
 import re
+import shutil
+import time
 
 import numpy as np
 import torch
@@ -189,23 +193,88 @@ def read_meta(dataset):
 def write_atomic(path, data, on_error=None):
     """Write data (bytes, or a function of the open file) into path.tmp, then rename it over path: a crash or a full
     disk leaves the previous file whole. A failed or interrupted write removes path.tmp; a failed one then calls
-    on_error(path, error), or stops with one line."""
+    on_error(path, error, size), or stops with one line. (Checkpoints go as bytes: torch's zip writer hides a full
+    disk behind an unclear error.)"""
+    size = None if callable(data) else len(data)
     try:
         with open(path + ".tmp", "wb") as f:
             data(f) if callable(data) else f.write(data)
         os.replace(path + ".tmp", path)
     except BaseException as e:  # also Ctrl-C
-        if os.path.exists(path + ".tmp"):
+        if os.path.lexists(path + ".tmp"):
             os.remove(path + ".tmp")
         if not isinstance(e, OSError):
             raise
         if on_error:
-            on_error(path, e)
-        fail(f"could not write {path}: {write_error(e)}")
+            on_error(path, e, size)
+        fail(f"could not write {path}: {write_error(path, e, size)}")
 
 
-def write_error(error):
-    return "the disk is full" if error.errno == errno.ENOSPC else error.strerror or str(error)
+def write_error(path, error, size=None):
+    """Why a write failed, with what to do: a full disk says how much room there is and what it needed."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if error.errno == errno.ENOSPC:
+        free = shutil.disk_usage(folder).free if os.path.isdir(folder) else 0
+        need = f"; the file needs {size / 1e6:.1f} MB" if size else ""
+        return (f"the disk holding {folder} is full ({free / 1e6:.1f} MB free{need}): "
+                f"free some space there, or write elsewhere")
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"{folder} is not writable ({error.strerror}): make it writable, or write elsewhere"
+    return f"{error.strerror or error}; check {folder}"
+
+
+def remove_stale_temporaries(folder):
+    """Remove the *.tmp files an interrupted write left in folder (the files they were to replace are whole)."""
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if name.endswith(".tmp"):
+            os.remove(os.path.join(folder, name))
+            print(f"removed {os.path.join(folder, name)}, left by an interrupted write")
+
+
+def make_folder(folder, what="--out_dir"):
+    """Create folder (and its parents) for writing, or stop with one line saying why it cannot be."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        probe = os.path.join(folder, f".write_test_{os.getpid()}")
+        open(probe, "wb").close()
+        os.remove(probe)
+    except FileExistsError:
+        fail(f"{what}={folder} is a file, not a folder; choose another {what}")
+    except NotADirectoryError:
+        fail(f"{what}={folder} lies under a file, not a folder; choose another {what}")
+    except OSError as e:
+        fail(f"cannot write in {what}={folder}: {write_error(os.path.join(folder, 'x'), e)}")
+
+
+def hold_folder(folder, what):
+    """Hold folder for this process alone: an OS lock on the folder itself, released when the process ends, even by
+    kill -9. A second process stops with one line saying who holds it (from folder/.lock, which note_holder writes)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        try:
+            with open(os.path.join(folder, ".lock")) as f:
+                holder = f.read().strip()
+        except OSError:
+            holder = "another process"
+        fail(f"{folder} is in use by {holder}; wait for it to finish, or use another {what}")
+    _held.append(fd)
+
+
+def note_holder(folder, command):
+    """Write who holds folder into folder/.lock, for a second process's message; removed when this process exits
+    normally (after kill -9 it stays, harmless: the lock itself is gone, and the next holder writes its own)."""
+    path = os.path.join(folder, ".lock")
+    try:
+        with open(path, "w") as f:
+            f.write(f"pid {os.getpid()} ({command}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n")
+    except OSError:  # a full disk: the lock holds all the same, and the run says so when it writes
+        pass
+    atexit.register(lambda: os.path.exists(path) and os.remove(path))
+
+
+_held = []  # file descriptors of the folders this process holds
 
 
 def read_log(path):
@@ -236,6 +305,19 @@ def truncate_log(path, iter_num, on_error=None):
     if os.path.exists(path):
         kept = "".join(json.dumps(r) + "\n" for r in records if r["iter"] <= iter_num)
         write_atomic(path, kept.encode(), on_error)
+
+
+def check_same_data(checkpoint, meta, dataset, training=False):
+    """Stop with one line when data/<dataset> is not what the checkpoint's model was trained on: another tokenizer
+    or token numbering (evaluating or sampling would use the wrong mapping), or, to resume training, other text."""
+    trained = checkpoint.get("dataset_meta") or {}  # older checkpoints do not say
+    keys = ["tokenizer", "vocab_size", "compact_vocab"] + ["train_token_sum", "val_token_sum"] * training
+    changed = [key for key in keys if key in trained and trained.get(key) != meta.get(key)]
+    if changed:
+        what = "its text" if set(changed) <= {"train_token_sum", "val_token_sum"} else "its tokens"
+        hint = prepare_hint(dataset, trained.get("tokenizer", "gpt2"))
+        fail(f"data/{dataset} was prepared again since this model was trained on it ({what} differ: "
+             f"{', '.join(changed)}); prepare it as it was for training: {hint}")
 
 
 def load_checkpoint(out_dir, device="cpu", fix="use another run's --out_dir"):

@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import time
 
@@ -24,8 +25,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from configurator import fail
-from data import get_tokenizer, gpt2_encoding, load_checkpoint, read_meta, split_wikitext
+from configurator import fail, on_ctrl_c
+from data import check_same_data, get_tokenizer, gpt2_encoding, load_checkpoint, read_meta, split_wikitext
 
 
 def window_starts(n_tokens, block):
@@ -34,14 +35,14 @@ def window_starts(n_tokens, block):
 
 
 @torch.no_grad()
-def token_losses(model, tokens, block, batch_size, device, starts=None, autocast=None, progress=None):
-    """Cross-entropy of each target token of the windows at `starts` (default: window_starts, so every token of
-    `tokens` but the first, in text order): a float64 array. The model is in eval mode for the call (no dropout)."""
+def window_losses(model, tokens, block, batch_size, device, starts=None, autocast=None, progress=None):
+    """Yields (targets, losses) of each batch of windows at `starts` (default: window_starts, so every token of
+    `tokens` but the first, in text order), as int64 and float64 arrays. The model is in eval mode for the call (no
+    dropout). Nothing is kept from batch to batch, so memory does not grow with the length of the text."""
     was_training = model.training
     model.eval()
     starts = window_starts(len(tokens), block) if starts is None else starts
     lengths = [min(block, len(tokens) - 1 - s) for s in starts]
-    losses = []
     for i in range(0, len(starts), batch_size):
         for T in sorted(set(lengths[i:i + batch_size]), reverse=True):  # a shorter last window goes on its own
             group = [s for s, n in zip(starts[i:i + batch_size], lengths[i:i + batch_size]) if n == T]
@@ -49,11 +50,17 @@ def token_losses(model, tokens, block, batch_size, device, starts=None, autocast
             y = torch.from_numpy(np.stack([tokens[s + 1:s + 1 + T] for s in group]).astype(np.int64)).to(device)
             with autocast or torch.autocast(x.device.type, enabled=False):
                 logits = model.lm_head(model.hidden_states(x)[0]).float()  # (B, T, vocab)
-            losses.append(F.cross_entropy(logits.transpose(1, 2), y, reduction="none").double().flatten().cpu().numpy())
+            losses = F.cross_entropy(logits.transpose(1, 2), y, reduction="none").double().flatten()
+            yield y.flatten().cpu().numpy(), losses.cpu().numpy()
         if progress:
             progress(min(i + batch_size, len(starts)), len(starts))
     model.train(was_training)
-    return np.concatenate(losses)
+
+
+def token_losses(model, tokens, block, batch_size, device, starts=None, autocast=None):
+    """The cross-entropy of each target token of the windows at `starts`, in one float64 array (short texts, tests)."""
+    return np.concatenate([losses for _, losses in window_losses(model, tokens, block, batch_size, device, starts,
+                                                                 autocast)])
 
 
 def split_losses(model, data_dir, block, batch_size, device, autocast=None):
@@ -64,11 +71,17 @@ def split_losses(model, data_dir, block, batch_size, device, autocast=None):
     train_tokens = np.memmap(os.path.join(data_dir, "train.bin"), dtype=np.uint16, mode="r")
     n_windows = min(512, len(window_starts(len(val_tokens), block)))  # 512 x context_size: a precise enough mean
     train_starts = np.linspace(0, len(train_tokens) - block - 1, n_windows).astype(int).tolist()
-    train_losses = token_losses(model, train_tokens, block, batch_size, device, train_starts, autocast)
-    val_losses = token_losses(model, val_tokens, block, batch_size, device, None, autocast)
-    seen = np.isin(val_tokens[1:], np.unique(train_tokens))  # the targets of val_losses, in text order
-    return {"train_loss": float(train_losses.mean()), "val_loss": float(val_losses.mean()),
-            "val_loss_seen_ids": float(val_losses[seen].mean())}
+    train = np.zeros(2)  # total loss, tokens
+    for _, losses in window_losses(model, train_tokens, block, batch_size, device, train_starts, autocast):
+        train += losses.sum(), len(losses)
+    seen_ids = np.zeros(max(int(train_tokens.max()), int(val_tokens.max())) + 1, dtype=bool)
+    seen_ids[np.unique(train_tokens)] = True
+    val = np.zeros(4)  # total loss, tokens; the same over the targets whose id occurs in train.bin
+    for targets, losses in window_losses(model, val_tokens, block, batch_size, device, None, autocast):
+        seen = seen_ids[targets]
+        val += losses.sum(), len(losses), losses[seen].sum(), seen.sum()
+    return {"train_loss": float(train[0] / train[1]), "val_loss": float(val[0] / val[1]),
+            "val_loss_seen_ids": float(val[2] / val[3])}
 
 
 def embedding_norms(model):
@@ -90,11 +103,14 @@ def token_byte_lengths(meta):
     return np.array([1 if i == enc.eot_token else len(enc.decode_single_token_bytes(i)) for i in ids], dtype=np.int64)
 
 
-def summarize(losses, targets, byte_lengths):
-    nats, n_bytes = float(losses.sum()), int(byte_lengths[targets].sum())
-    loss = nats / len(losses)
-    return {"loss": loss, "perplexity": math.exp(loss), "bits_per_byte": nats / n_bytes / math.log(2),
-            "tokens": len(losses), "bytes": n_bytes}
+def summarize(losses, targets, byte_lengths, totals=None):
+    """Loss, perplexity and bits per byte of losses on targets; with totals (nats, tokens, bytes so far, a float64
+    array), add this batch to them and summarise everything so far."""
+    totals = np.zeros(3) if totals is None else totals
+    totals += losses.sum(), len(losses), byte_lengths[targets].sum()
+    nats, n, n_bytes = totals
+    return {"loss": float(nats / n), "perplexity": math.exp(nats / n),
+            "bits_per_byte": float(nats / n_bytes / math.log(2)), "tokens": int(n), "bytes": int(n_bytes)}
 
 
 def main(argv=None):
@@ -110,6 +126,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.batch_size < 1:
         fail(f"--batch_size={args.batch_size}: use a positive number")
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
+        fail(f"--device={args.device} is not allowed; use --device=cpu, cuda or cuda:N")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         fail(f"--device={args.device} but CUDA is not available here; use --device=cpu")
 
@@ -123,6 +141,7 @@ def main(argv=None):
     if meta["vocab_size"] > model.config.vocab_size:
         fail(f"{meta_path} has {meta['vocab_size']} tokens but the model only {model.config.vocab_size}: "
              f"data/{dataset} was prepared again with another tokenizer; prepare it as for training")
+    check_same_data(checkpoint, meta, dataset)
 
     if args.input:
         try:
@@ -132,10 +151,12 @@ def main(argv=None):
             fail(f"cannot read {args.input} as UTF-8 text ({type(e).__name__}); give a .txt file")
         encode, _, _, eot = get_tokenizer(meta["tokenizer"], meta.get("compact_vocab"))
         articles = split_wikitext(text, os.path.basename(args.input))  # as prepare_wikipedia.py cuts text
-        tokens = np.array([t for a in articles for t in encode(a["text"]) + [eot]], dtype=np.int64)
+        del text
+        tokens = np.concatenate([np.zeros(0, np.uint16)] + [np.array(encode(articles.pop(0)["text"]) + [eot], np.uint16)
+                                                             for _ in range(len(articles))])  # 2 bytes a token
         source = args.input
     else:
-        tokens = np.fromfile(os.path.join(data_dir, f"{args.split}.bin"), dtype=np.uint16).astype(np.int64)
+        tokens = np.memmap(os.path.join(data_dir, f"{args.split}.bin"), dtype=np.uint16, mode="r")
         source = f"data/{dataset}/{args.split}.bin"
     if len(tokens) < 2:
         fail(f"{source} has {len(tokens)} token(s): nothing to predict; give a longer text")
@@ -150,8 +171,10 @@ def main(argv=None):
             print(f"\r{done}/{total} windows, {eta:.0f}s left", end="" if done < total else "\n",
                   file=sys.stderr, flush=True)
 
-    losses = token_losses(model, tokens, block, args.batch_size, args.device, progress=progress)
-    result = {"out_dir": args.out_dir, "source": source, **summarize(losses, tokens[1:], token_byte_lengths(meta)),
+    totals, byte_lengths = np.zeros(3), token_byte_lengths(meta)
+    for targets, losses in window_losses(model, tokens, block, args.batch_size, args.device, progress=progress):
+        figures = summarize(losses, targets, byte_lengths, totals)
+    result = {"out_dir": args.out_dir, "source": source, **figures,
               "windows": len(window_starts(len(tokens), block)), "context_size": block}
     print(f"{source}: loss {result['loss']:.4f} nats/token, perplexity {result['perplexity']:.2f}, "
           f"{result['bits_per_byte']:.4f} bits/byte over {result['tokens']:,} tokens ({result['bytes']:,} bytes)")
@@ -160,4 +183,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    on_ctrl_c("nothing was written; run the same command again")
     main()

@@ -347,7 +347,8 @@ class Transformer(nn.Module):
                 x = idx[:, -ctx:]
                 if use_cache:
                     cache["length"] = 0
-            logits = self.hidden_states(x, cache)[0][:, -1, :] @ lm_head_t / temperature
+            logits = self.hidden_states(x, cache)[0][:, -1, :] @ lm_head_t
+            logits = (logits - logits.amax(-1, keepdim=True)) / temperature  # max 0: no overflow at any temperature
             if top_k == 1:  # greedy: the most likely token, without drawing from 50k probabilities
                 idx_next = logits.argmax(dim=-1, keepdim=True)
             else:
@@ -455,8 +456,7 @@ def check_flags(c):
         c.sub_pos_embed = "no" if c.sub_pos_embed is None else c.sub_pos_embed
     else:
         fill(ENCODER_DECODER_DEFAULTS)
-    for flag in ("embedding_loss", "sub_pos_embed"):
-        choose(flag)
+    choose("embedding_loss"), choose("sub_pos_embed")
     if c.embedding_loss == "none":
         for flag in EMBEDDING_LOSS_DEFAULTS:
             if getattr(c, flag) is not None:

@@ -19,6 +19,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 
@@ -26,8 +27,8 @@ import numpy as np
 import requests
 import urllib3
 
-from configurator import fail
-from data import get_tokenizer, split_wikitext, write_atomic
+from configurator import fail, on_ctrl_c
+from data import get_tokenizer, make_folder, remove_stale_temporaries, split_wikitext, write_atomic
 
 # Wikimedia asks API clients for a User-Agent naming the tool, its purpose and a contact
 USER_AGENT = (f"autoregressive-encoder-decoder-transformer/0.1 (prepare_wikipedia.py: builds a small "
@@ -214,11 +215,16 @@ def load_jsonl(path):
     for i, line in enumerate(lines):
         try:
             article = json.loads(line)
-            articles.setdefault(article["pageid"], {k: article[k] for k in ("pageid", "title", "text")})
-        except (ValueError, KeyError, TypeError):
-            if i < len(lines) - 1:
-                fail(f"{path} line {i + 1} is not a {{\"pageid\", \"title\", \"text\"}} JSON object; fix or delete it")
+        except ValueError:
+            if i < len(lines) - 1 or clean:  # only an unfinished last line can be cut short by a crash
+                fail(f"{path} line {i + 1} is not JSON; fix or delete that line")
             clean = False  # a crash cut the last line short: drop it
+            continue
+        if not (isinstance(article, dict) and isinstance(article.get("text"), str) and "pageid" in article):
+            fail(f"{path} line {i + 1} is not a {{\"pageid\", \"title\", \"text\"}} JSON object with text as a "
+                 f"string; fix or delete that line")
+        articles.setdefault(article["pageid"], {"pageid": article["pageid"], "title": str(article.get("title", "")),
+                                                "text": article["text"]})
     return articles, clean
 
 
@@ -375,14 +381,18 @@ def main(argv=None):
         fail("--compact_vocab renumbers GPT-2 token ids; use it with --tokenizer gpt2")
     wikitext2 = f"{args.wikitext2}{'-' + args.wikitext2_val if args.wikitext2_val else ''}"
     name = args.name or (f"wikitext2_{wikitext2}_{args.tokenizer}{'c' * args.compact_vocab}" if args.wikitext2 else
+                         os.path.splitext(os.path.basename(os.path.normpath(args.input[0])))[0] if args.input else
                          "wikipedia" if args.lang == "en" else f"wikipedia_{args.lang}")
+    if not re.fullmatch(r"[\w.-]+", name) or name in (".", ".."):
+        fail(f"--name={name} is not a folder name; use letters, digits, '_', '-' and '.', e.g. --name=mytext")
     if args.wikitext2:  # from here on exactly as --input (and --val_input) with the downloaded files
         folder = os.path.join(args.out_dir, "wikitext-2")
         args.input = wikitext2_files(args.wikitext2, args.wikitext2_url, folder, args.retry_delay)
         if args.wikitext2_val:
             args.val_input = wikitext2_files(args.wikitext2_val, args.wikitext2_url, folder, args.retry_delay)
     out = os.path.join(args.out_dir, name)
-    os.makedirs(out, exist_ok=True)
+    make_folder(out, "--out_dir")
+    remove_stale_temporaries(out)
     t0 = time.time()
 
     if args.input:
@@ -452,6 +462,14 @@ def main(argv=None):
         splits = {split: [dense[ids] for ids in arrays] for split, arrays in splits.items()}
         meta.update(vocab_size=len(compact_vocab), eot_token=int(dense[eot_token]),
                     full_vocab_size=vocab_size, compact_vocab=compact_vocab.tolist())
+    if os.path.exists(os.path.join(out, "meta.json")):  # say what is replaced: runs trained on it will notice
+        try:
+            with open(os.path.join(out, "meta.json"), encoding="utf-8") as f:
+                old = json.load(f)
+            print(f"replacing {out}: {old.get('tokenizer')} tokens, train {old.get('train_tokens', 0):,}, "
+                  f"val {old.get('val_tokens', 0):,}, from {old.get('source')}")
+        except (OSError, ValueError, AttributeError):
+            print(f"replacing {out}, whose meta.json is unreadable")
     for split, arrays in splits.items():
         ids = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.uint16)
         write_atomic(os.path.join(out, f"{split}.bin"), ids.tobytes())
@@ -467,4 +485,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    on_ctrl_c("every file written so far is whole (the fetched articles are cached); run the same command again")
     main()

@@ -17,9 +17,10 @@ import numpy as np
 import torch
 
 import reversal
-from configurator import fail
-from data import get_tokenizer, load_checkpoint, read_meta
+from configurator import fail, on_ctrl_c
+from data import check_same_data, get_tokenizer, load_checkpoint, read_meta
 
+on_ctrl_c("stopped sampling")
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("--out_dir", default=None,
@@ -104,6 +105,7 @@ else:
         fail(f"{meta_path} says the {tokenizer} tokenizer ({n_vocab} tokens), but the model in {ckpt_path} was "
              f"trained on {trained} tokens (vocab_size={model.config.vocab_size}); "
              f"prepare data/{dataset} as it was for training")
+    check_same_data(checkpoint, meta, dataset)
     prompt = encode("\n" if start is None else start)
     skip = 0 if prompt else 1  # an empty prompt starts a new article: its end-of-text token is not printed
     prompt = prompt or [eot]

@@ -18,15 +18,17 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from configurator import read_config
-from data import read_log
+from configurator import fail, read_config
+from data import hold_folder, make_folder, note_holder, read_log
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 SUITES = {
@@ -112,12 +114,19 @@ def train(suite, results, run, seed, max_iters):
     cmd += SUITES[suite].get("args", [])
     if suite == "byte":  # a shorter study keeps the configs' schedule shape: the cosine reaches min_lr at the last step
         cmd += [f"--lr_decay_iters={max_iters}", f"--eval_interval={max(1, max_iters // 4)}"]
-    cmd += ["--init_from=resume"] if resume else []
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    cmd += ["--init_from=resume"] if resume else ["--overwrite=True"] if log else []  # a cut run without checkpoint
+    if STOP.is_set():  # Ctrl-C: no new runs
+        return "not started", None
     t0 = time.time()
-    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    if result.returncode:
-        return f"FAILED ({' '.join(cmd[1:])}):\n{(result.stdout + result.stderr)[-2000:]}", None
+    process = subprocess.Popen(cmd, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    RUNNING.add(process)
+    output = process.communicate()[0]
+    RUNNING.discard(process)
+    if process.returncode:
+        if STOP.is_set():
+            return "cut short; its last checkpoint is kept", None
+        return f"FAILED ({' '.join(cmd[1:])}):\n{output[-2000:]}", None
     note = (f" (from the {SUITES[suite]['extends']} suite's step {started_at})" if started_at is not None
             else " (resumed)" if resume else "")
     return f"{time.time() - t0:.0f}s{note}", read_log(os.path.join(out_dir, "log.jsonl"))[0][-1]
@@ -153,18 +162,36 @@ def pick_lr(rates, n_jobs, seed=0, reference="encdec_none"):
     return best
 
 
+STOP, RUNNING = threading.Event(), set()  # Ctrl-C: start no more runs; the train.py processes running now
+
+
 def run_all(suite, results, jobs, max_iters, n_jobs):
+    """Train the (run, seed) jobs, n_jobs at a time; Ctrl-C stops them all, keeping every finished run and the last
+    checkpoint of every run cut short, and says how to go on."""
     start, failed = time.time(), 0
-    with ThreadPoolExecutor(n_jobs) as pool:
-        futures = [pool.submit(train, suite, results, run, seed, max_iters or suite_iters(suite, run))
-                   for run, seed in jobs]
+    pool = ThreadPoolExecutor(n_jobs)
+    futures = [pool.submit(train, suite, results, run, seed, max_iters or suite_iters(suite, run))
+               for run, seed in jobs]
+    try:
         for i, ((run, seed), future) in enumerate(zip(jobs, futures), 1):
             status, last = future.result()
             failed += last is None
             losses = f"train {last['train_loss']:.4f}, val {last['val_loss']:.4f}; " if last else ""
             minutes = (time.time() - start) / 60
-            print(f"[{i:2d}/{len(jobs)}] {run} seed {seed}: {losses}{status}; {minutes:.1f} min so far",
-                  flush=True)
+            print(f"[{i:2d}/{len(jobs)}] {run} seed {seed}: {losses}{status}; {minutes:.1f} min so far", flush=True)
+    except KeyboardInterrupt:
+        STOP.set()
+        for process in list(RUNNING):  # each saves nothing more and says where its checkpoint is
+            process.send_signal(signal.SIGINT)
+        pool.shutdown(wait=True, cancel_futures=True)
+        ended = [(job, f.result()) for job, f in zip(jobs, futures) if f.done() and not f.cancelled()]
+        cut = [f"{run} seed {seed}" for (run, seed), (status, _) in ended if status.startswith("cut short")]
+        done = sum(last is not None for _, (_, last) in ended)
+        print(f"interrupted: {done} run(s) of this batch finished and are kept in {os.path.relpath(results)}/; "
+              f"{len(cut)} cut short keep their last checkpoint ({', '.join(cut) or 'none'}); "
+              f"`python study.py --suite={suite}` goes on from there", file=sys.stderr, flush=True)
+        raise SystemExit(130)
+    pool.shutdown()
     return failed
 
 
@@ -506,7 +533,7 @@ def summary(suite, results):
     return logs
 
 
-if __name__ == "__main__":
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suite", default="gpt2", choices=sorted(SUITES), help="which study (default gpt2)")
     parser.add_argument("--results", default=None, help="folder of the logs (default results/<suite>_study)")
@@ -519,22 +546,34 @@ if __name__ == "__main__":
     parser.add_argument("--summary", action="store_true", help="print the table of finished runs and stop")
     parser.add_argument("--pick_lr", default=None, help="comma-separated learning rates: pick the gpt2_heldout "
                                                         "control's (see pick_lr) and stop")
-    args = parser.parse_args()
+    parser.error = lambda message: fail(f"{message} (see python study.py --help)")
+    args = parser.parse_args(argv)
     suite = SUITES[args.suite]
+    if args.jobs < 1:
+        fail(f"--jobs={args.jobs} is not allowed; use 1 or more runs at a time")
+    if args.max_iters is not None and args.max_iters < 1:
+        fail(f"--max_iters={args.max_iters} is not allowed; use a positive number of steps, or leave it out for "
+             f"the suite's")
     if args.pick_lr:
         pick_lr([float(rate) for rate in args.pick_lr.split(",")], args.jobs)
-        sys.exit(0)
+        return 0
     results = os.path.join(ROOT, args.results or suite["results"])
     if args.summary:
+        if not any(os.path.exists(os.path.join(results, name, "log.jsonl"))
+                   for name in (os.listdir(results) if os.path.isdir(results) else [])):
+            fail(f"no runs in {os.path.relpath(results)}/ yet; train them with `python study.py --suite={args.suite}`")
         summary(args.suite, results)
-        sys.exit(0)
+        return 0
     if not os.path.exists(os.path.join(ROOT, "data", suite["dataset"], "train.bin")):
         source = ([f"--input={args.input}", f"--name={suite['dataset']}"] if args.input else
                   suite.get("download", ["--wikitext2=valid"]))
         if args.input and "download" in suite:  # a held-out val text of its own
             source += ["--val_input", args.val_input or os.path.join(os.path.dirname(args.input), "test.txt")]
         if subprocess.run([sys.executable, "prepare_wikipedia.py", *source, *suite["prepare"]], cwd=ROOT).returncode:
-            sys.exit(f"error: could not prepare data/{suite['dataset']}; see the message above")
+            fail(f"could not prepare data/{suite['dataset']}; see the message above")
+    make_folder(results, "--results")
+    hold_folder(results, "--results")  # one study at a time in a results folder
+    note_holder(results, " ".join(["study.py", *(argv if argv is not None else sys.argv[1:])]))
     max_iters = args.max_iters or suite.get("max_iters")
     core = suite["runs"][:suite.get("core", 0)]
     groups = [core, [run for run in suite["runs"] if run not in core]]  # the core first: its verdicts come first
@@ -553,4 +592,8 @@ if __name__ == "__main__":
             failed += run_all(args.suite, results, extra, max_iters, args.jobs)
     print(f"study done{f', {failed} run(s) FAILED' if failed else ''}; "
           f"the table: python study.py --suite={args.suite} --summary")
-    sys.exit(1 if failed else 0)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -212,12 +212,12 @@ def test_write_atomic_replaces_the_file_whole_or_keeps_the_previous_one(tmp_path
         raise OSError(errno.ENOSPC, "No space left on device")
     with pytest.raises(SystemExit) as exit:
         data.write_atomic(path, full_disk)
-    assert_one_line_error(str(exit.value.code), f"could not write {path}: the disk is full")
+    assert_one_line_error(str(exit.value.code), f"could not write {path}: the disk holding {tmp_path} is full")
     assert (tmp_path / "ckpt.pt").read_bytes() == b"second" and os.listdir(tmp_path) == ["ckpt.pt"]
     calls = []
     with pytest.raises(SystemExit):  # on_error is told first, e.g. to say which checkpoint is kept
         data.write_atomic(path, full_disk, on_error=lambda *args: calls.append(args))
-    assert [(p, e.errno) for p, e in calls] == [(path, errno.ENOSPC)]
+    assert [(p, e.errno, size) for p, e, size in calls] == [(path, errno.ENOSPC, None)]
 
     def interrupted(f):
         f.write(b"half")

@@ -94,13 +94,13 @@ def test_split_losses_read_every_val_token_once_and_as_many_train_windows_spread
     folder = compact / "data" / "small"
     val, train = (np.fromfile(folder / f"{split}.bin", dtype=np.uint16) for split in ("val", "train"))
     model = tiny_model(vocab_size=json.load(open(folder / "meta.json"))["vocab_size"], context_size=16)
-    calls, token_losses = [], evaluate.token_losses
+    calls, window_losses, token_losses = [], evaluate.window_losses, evaluate.token_losses
 
     def recorded(model, tokens, block, batch_size, device, starts=None, *args):
-        losses = token_losses(model, tokens, block, batch_size, device, starts, *args)
-        calls.append((len(tokens), starts, losses))
-        return losses
-    monkeypatch.setattr(evaluate, "token_losses", recorded)
+        batches = list(window_losses(model, tokens, block, batch_size, device, starts, *args))
+        calls.append((len(tokens), starts, np.concatenate([losses for _, losses in batches])))
+        return iter(batches)
+    monkeypatch.setattr(evaluate, "window_losses", recorded)
     result = evaluate.split_losses(model, str(folder), 16, 64, "cpu")
     assert set(result) == {"train_loss", "val_loss", "val_loss_seen_ids"}
     (n_train, train_starts, train_losses), (n_val, val_starts, val_losses) = calls
@@ -119,12 +119,12 @@ def test_split_losses_spread_at_most_512_train_windows(tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     for split, n in (("train", 12000), ("val", 9000)):  # 562 val windows of 16
         rng.integers(0, 50, size=n).astype(np.uint16).tofile(tmp_path / f"{split}.bin")
-    starts, token_losses = [], evaluate.token_losses
+    starts, window_losses = [], evaluate.window_losses
 
     def recorded(model, tokens, block, batch_size, device, windows=None, *args):
         starts.append(windows)
-        return token_losses(model, tokens, block, batch_size, device, windows, *args)
-    monkeypatch.setattr(evaluate, "token_losses", recorded)
+        return window_losses(model, tokens, block, batch_size, device, windows, *args)
+    monkeypatch.setattr(evaluate, "window_losses", recorded)
     evaluate.split_losses(tiny_model(vocab_size=50, context_size=16), str(tmp_path), 16, 256, "cpu")
     assert len(starts[0]) == 512 and starts[1] is None
 

@@ -32,8 +32,16 @@ def test_every_run_of_a_suite_has_a_config_on_the_suites_dataset(suite):
 
 def test_a_heldout_run_trains_with_the_suites_overrides_after_its_config(tmp_path, monkeypatch):
     commands = []
-    monkeypatch.setattr(study.subprocess, "run", lambda cmd, **kw: commands.append(cmd) or
-                        study.subprocess.CompletedProcess(cmd, 1, "", "stopped here"))
+
+    class Process:  # stands for train.py: records its command, fails at once
+        returncode = 1
+
+        def __init__(self, cmd, **kw):
+            commands.append(cmd)
+
+        def communicate(self):
+            return "stopped here", None
+    monkeypatch.setattr(study.subprocess, "Popen", Process)
     study.train("gpt2_heldout", str(tmp_path), "baseline_slow", 3, 3000)
     cmd = commands[0]
     assert cmd[2] == "config/cpu_gpt2_baseline_slow.py" and cmd[-3:] == study.SUITES["gpt2_heldout"]["args"]

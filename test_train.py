@@ -4,8 +4,8 @@ ending in one line naming the problem and the fix, or in correct behaviour, with
     python -m pytest -q test_train.py
 
 train.py runs as a subprocess on a tiny model and a small generated text, prepared with prepare_wikipedia.py
-(--tokenizer byte): conftest.py's workdir. A full disk is /dev/full behind the temporary file that train.py
-writes; Ctrl-C is SIGINT. (Config files and --help: test_configurator.py; a broken dataset or log:
+(--tokenizer byte): conftest.py's workdir. A full disk is a small tmpfs (small_disk: needs root, else skipped);
+Ctrl-C is SIGINT. (Config files and --help: test_configurator.py; a broken dataset or log:
 test_data.py; the reversal demo: test_reversal.py.)
 """
 import glob
@@ -20,9 +20,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ENV, ROOT, TINY, assert_one_line_error, copy_run, log, run, train
+from conftest import ENV, ROOT, TINY, assert_one_line_error, copy_run, fill, log, run, train
 
-needs_dev_full = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full to stand for a full disk")
 
 
 def losses(records):
@@ -133,10 +132,13 @@ def test_run_from_scratch_refuses_to_replace_a_checkpoint_unless_told(workdir, t
     assert [r["iter"] for r in log(tmp_path, "out")] == [0, 2]
 
 
-def test_run_from_scratch_may_reuse_a_folder_with_a_log_but_no_checkpoint(workdir, tmp_path):
-    out = copy_run(workdir, tmp_path)  # as study.py leaves a run it deleted the checkpoint of, and re-runs
+def test_run_from_scratch_refuses_a_folder_with_a_log_but_no_checkpoint_unless_told(workdir, tmp_path):
+    out = copy_run(workdir, tmp_path)  # as a study's committed logs are: no checkpoint beside them
     os.remove(out / "ckpt.pt")
-    train(tmp_path, "out", "--max_iters=2")
+    before = files(out)
+    assert_one_line_error(train(tmp_path, "out", "--max_iters=2", check=False), "log.jsonl", "--overwrite=True")
+    assert files(out) == before
+    train(tmp_path, "out", "--max_iters=2", "--overwrite=True")
     assert [r["iter"] for r in log(tmp_path, "out")] == [0, 2]
 
 # -----------------------------------------------------------------------------
@@ -210,25 +212,73 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(workdir):
 # a full disk, Ctrl-C
 
 
-@needs_dev_full
-def test_log_rewrite_on_a_full_disk_keeps_the_old_log(workdir, tmp_path):
-    out = copy_run(workdir, tmp_path)
+def test_log_rewrite_on_a_full_disk_keeps_the_old_log(workdir, small_disk):
+    disk = small_disk("disk", 2048)
+    out = copy_run(workdir, disk)
     before = files(out)
-    os.symlink("/dev/full", out / "log.jsonl.tmp")
-    result = train(tmp_path, "out", "--init_from=resume", "--max_iters=8", check=False)
-    assert_one_line_error(result, "disk is full", "ckpt.pt (iteration 6) is kept")
-    assert files(out) == before  # the temporary file is gone too
+    fill(disk)
+    result = train(disk, "out", "--init_from=resume", "--max_iters=8", check=False)
+    assert_one_line_error(result, "is full", "MB free", "ckpt.pt (iteration 6) is kept")
+    assert files(out) == before  # no temporary file left
 
 
-@needs_dev_full
-def test_full_disk_while_saving_keeps_the_previous_checkpoint(workdir, tmp_path):
-    out = copy_run(workdir, tmp_path)
+def test_full_disk_while_saving_is_one_line_and_keeps_the_previous_checkpoint(workdir, small_disk):
+    disk = small_disk("disk", 2048)
+    out = copy_run(workdir, disk)
     checkpoint = (out / "ckpt.pt").read_bytes()
-    os.symlink("/dev/full", out / "ckpt.pt.tmp")
-    result = train(tmp_path, "out", "--init_from=resume", "--max_iters=8", check=False)
-    assert_one_line_error(result, "disk is full", "ckpt.pt (iteration 6) is kept", "--init_from=resume")
+    fill(disk, leave=16384)  # room for the log, not for a second checkpoint
+    result = train(disk, "out", "--init_from=resume", "--max_iters=8", check=False)
+    assert_one_line_error(result, "is full", f"the file needs {len(checkpoint) / 1e6:.1f} MB",
+                          "ckpt.pt (iteration 6) is kept", "--init_from=resume")
     assert (out / "ckpt.pt").read_bytes() == checkpoint
     assert sorted(os.listdir(out)) == ["ckpt.pt", "log.jsonl"]
+
+
+def test_stale_temporary_files_of_an_interrupted_write_are_removed_at_the_next_start(workdir, tmp_path):
+    out = copy_run(workdir, tmp_path)
+    (out / "ckpt.pt.tmp").write_bytes(b"half a checkpoint")
+    result = train(tmp_path, "out", "--init_from=resume", "--max_iters=8")
+    assert f"removed out{os.sep}ckpt.pt.tmp, left by an interrupted write" in result.stdout
+    assert not (out / "ckpt.pt.tmp").exists() and [r["iter"] for r in log(tmp_path, "out")][-1] == 8
+
+
+def test_a_second_process_in_the_same_out_dir_is_refused_saying_who_holds_it_until_the_first_dies(workdir):
+    first = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *TINY, "--out_dir=out_held",
+                              "--max_iters=1000000", "--eval_interval=1000"], cwd=workdir,
+                             env={**ENV, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, text=True)
+    for line in first.stdout:  # it holds the folder once it trains
+        if line.startswith("iter "):
+            break
+    second = train(workdir, "out_held", "--max_iters=2", "--overwrite=True", check=False)
+    assert_one_line_error(second, "out_held is in use by pid", str(first.pid), "wait for it")
+    resumed = train(workdir, "out_held", "--init_from=resume", "--max_iters=2", check=False)
+    assert_one_line_error(resumed, "out_held is in use by pid")
+    first.kill()  # kill -9: the lock goes with the process
+    first.wait()
+    train(workdir, "out_held", "--init_from=resume", "--max_iters=1002")
+
+
+@pytest.mark.parametrize("where, fragment", [("a_file", "is a file"), ("a_file/run", "lies under a file"),
+                                             ("read_only/run", "not writable")])
+def test_an_out_dir_that_cannot_be_written_is_one_line_error_before_training(workdir, small_disk, where, fragment):
+    (workdir / "a_file").write_text("")
+    if where.startswith("read_only"):
+        where = str(small_disk("read_only", 64, read_only=True) / "run")
+    assert_one_line_error(train(workdir, where, "--max_iters=2", check=False), fragment)
+
+
+def test_min_lr_above_learning_rate_is_one_line_error(workdir):
+    assert_one_line_error(train(workdir, "out_err", "--min_lr=0.01", "--learning_rate=0.001", check=False),
+                          "min_lr=0.01", "up to learning_rate")
+
+
+def test_resume_on_text_prepared_again_is_refused(workdir, tmp_path):
+    copy_run(workdir, tmp_path)
+    (tmp_path / "other.txt").write_text((workdir / "text.txt").read_text().replace("river", "ocean"))
+    run("prepare_wikipedia.py", "--input", "other.txt", "--name", "tiny", "--tokenizer", "byte", "--val_fraction",
+        "0.1", cwd=tmp_path)
+    result = train(tmp_path, "out", "--init_from=resume", "--max_iters=8", check=False)
+    assert_one_line_error(result, "data/tiny was prepared again", "its text", "prepare_wikipedia.py")
 
 
 def test_ctrl_c_says_where_the_last_checkpoint_is(workdir):

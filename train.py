@@ -14,6 +14,7 @@ Batches (and dropout masks) are a function of (seed, iteration, micro-step), so 
 DDP run log exactly the losses of one uninterrupted single-process run with the same global batch.
 """
 import dataclasses
+import io
 import json
 import math
 import os
@@ -30,10 +31,25 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import reversal
 from bench import duration, matmul_peak, sync
 from configurator import configure, fail
-from data import check_dataset, load_checkpoint, prepare_hint, truncate_log, write_atomic, write_error
+from data import (check_dataset, check_same_data, hold_folder, load_checkpoint, make_folder, note_holder, prepare_hint,
+                  remove_stale_temporaries, truncate_log, write_atomic, write_error)
 from evaluate import embedding_norms, split_losses, window_starts as token_windows
 from model import ModelConfig, build_model, logits_needed
 
+
+
+def on_interrupt(kind, value, tb):
+    """Ctrl-C: one line saying where the last checkpoint is, instead of a traceback."""
+    if not issubclass(kind, KeyboardInterrupt):
+        return sys.__excepthook__(kind, value, tb)
+    saved = globals().get("saved_iter")  # write_atomic removes the temporary file of a save cut short
+    if int(os.environ.get("RANK", 0)) == 0:
+        print(f"interrupted at iteration {globals().get('iter_num', 0)}: " + (
+            f"the last checkpoint is {ckpt_path} (iteration {saved}); continue with `{resume_command}`"
+            if saved is not None else "no checkpoint was saved yet"), file=sys.stderr)
+
+
+sys.excepthook = on_interrupt
 # -----------------------------------------------------------------------------
 # settings; the defaults are the write-up's appendix runs (one A100, 9k steps)
 out_dir = ""  # folder for ckpt.pt and log.jsonl; "" means out-<dataset>, e.g. out-reversal
@@ -73,10 +89,12 @@ if init_from not in ("scratch", "resume"):
 out_dir = out_dir or f"out-{dataset}"  # each dataset its own folder, as nanoGPT's out-shakespeare-char
 ckpt_path, log_path = os.path.join(out_dir, "ckpt.pt"), os.path.join(out_dir, "log.jsonl")
 resume_command = f"python train.py --out_dir={out_dir} --init_from=resume"
-checkpoint = None
+checkpoint, saved_iter, master = None, None, int(os.environ.get("RANK", 0)) == 0  # rank 0 of torchrun writes
 if init_from == "resume":  # the checkpoint's settings fill in every key not set here
     if not os.path.exists(ckpt_path):
         fail(f"no checkpoint at {ckpt_path} to resume from; train with --init_from=scratch first, or set --out_dir")
+    if master:  # before reading the checkpoint: a second process resuming the same run would repeat its steps
+        hold_folder(out_dir, "--out_dir")
     checkpoint, _ = load_checkpoint(out_dir, fix="restore a good copy or train from scratch in a new --out_dir")
     saved_config, saved = ModelConfig(**checkpoint["model_config"]), checkpoint["train_config"]
     for key in ("dataset", "seed"):  # the seed draws the batches and the evaluation batches: a new one breaks curves
@@ -99,7 +117,7 @@ checks = {  # setting: (is the value allowed?, what to use instead)
     "gradient_accumulation_steps": (gradient_accumulation_steps >= 1, "use a positive number of micro-batches"),
     "max_iters": (max_iters >= 0, "use 0 or more steps"),
     "learning_rate": (0 < learning_rate < math.inf, "use a positive number, e.g. 1e-3"),
-    "min_lr": (0 <= min_lr < math.inf, "use 0 or a positive number below learning_rate"),
+    "min_lr": (0 <= min_lr <= learning_rate, "use 0 or a positive number up to learning_rate"),
     "warmup_iters": (warmup_iters >= 0, "use 0 or more steps"),
     "lr_decay_iters": (lr_decay_iters >= 0, "use 0 or more steps"),
     "weight_decay": (0 <= weight_decay < math.inf, "use 0 or a positive number, e.g. 0.1"),
@@ -122,9 +140,13 @@ if device.startswith("cuda") and not torch.cuda.is_available():
     fail(f"device={device!r} but CUDA is not available here; use --device=cpu")
 if dtype == "bfloat16" and not device.startswith("cuda"):
     fail(f"dtype={dtype!r} is not supported on {device}; use --dtype=float32 (bfloat16 is for CUDA)")
-if init_from == "scratch" and os.path.exists(ckpt_path) and not overwrite:
-    fail(f"{ckpt_path} already holds a trained model; continue it with --init_from=resume, train in another "
-         f"--out_dir, or replace it with --overwrite=True")
+if init_from == "scratch" and not overwrite:
+    if os.path.exists(ckpt_path):
+        fail(f"{ckpt_path} already holds a trained model; continue it with --init_from=resume, train in another "
+             f"--out_dir, or replace it with --overwrite=True")
+    if os.path.exists(log_path):  # a log without its checkpoint, such as a study's committed results
+        fail(f"{log_path} holds the log of an earlier run; train in another --out_dir, or replace it with "
+             f"--overwrite=True")
 train_config = {k: globals()[k] for k in defaults}  # saved in checkpoints
 # -----------------------------------------------------------------------------
 # processes and devices
@@ -137,7 +159,6 @@ if ddp:
         torch.cuda.set_device(device)
 else:
     rank, world_size = 0, 1
-master = rank == 0
 if gradient_accumulation_steps % world_size:
     fail(f"gradient_accumulation_steps={gradient_accumulation_steps} must be divisible by the {world_size} "
          f"processes; change one of them")
@@ -163,6 +184,8 @@ else:
     block = context_size or ModelConfig.context_size
     meta = check_dataset(dataset, block, vocab_size)
     dataset_vocab = meta["vocab_size"]
+    if checkpoint is not None:  # the same tokens and text as the run so far
+        check_same_data(checkpoint, meta, dataset, training=True)
 
     def get_batch_cpu(split, rng):
         data = np.memmap(os.path.join(data_dir, f"{split}.bin"), dtype=np.uint16, mode="r")  # reopened: no growth
@@ -195,6 +218,12 @@ elif vocab_size < dataset_vocab:  # e.g. a byte-level config (256) on GPT-2 toke
     fail(f"vocab_size={vocab_size} is smaller than the dataset's {dataset_vocab} tokens; leave vocab_size unset"
          + (f", or prepare data/{dataset} again: {prepare_hint(dataset, wanted_tokenizer)}"
             if dataset != "reversal" else ""))
+if master:  # one process at a time in out_dir; stale temporary files of an interrupted write go
+    make_folder(out_dir)
+    if init_from == "scratch":
+        hold_folder(out_dir, "--out_dir")
+    note_holder(out_dir, " ".join(["train.py", *sys.argv[1:]]))
+    remove_stale_temporaries(out_dir)
 # -----------------------------------------------------------------------------
 # model, optimizer, checkpoint
 try:
@@ -213,9 +242,9 @@ if checkpoint is not None:
     # the tokens trained on so far, carried over: a resume may change batch_size (older checkpoints: computed)
     tokens_seen = checkpoint.get("tokens", iter_num * saved["gradient_accumulation_steps"] * saved["batch_size"]
                                  * saved_config.context_size)
-start_iter = saved_iter = iter_num  # saved_iter: the iteration of the checkpoint in out_dir (None: none yet)
-if init_from == "scratch":
-    saved_iter = None
+start_iter = iter_num
+if init_from == "resume":
+    saved_iter = iter_num  # the iteration of the checkpoint in out_dir (None: none yet)
 torch.manual_seed(seed)  # the same initial weights in every process
 raw_model = build_model(config).to(device)
 optimizer = raw_model.configure_optimizer(weight_decay, learning_rate, (beta1, beta2), device_type)
@@ -233,12 +262,12 @@ if ddp:
     model = DDP(model, device_ids=[int(os.environ["LOCAL_RANK"])] if device_type == "cuda" else None)
 
 
-def stop_write_failed(path, error):
+def stop_write_failed(path, error, size=None):
     """A failed write, most often a full disk: one line; what was written before is kept."""
     kept = (f"the checkpoint {ckpt_path} (iteration {saved_iter}) is kept" if saved_iter is not None
             else "no checkpoint was saved yet")
-    fail(f"could not write {path}: {write_error(error)}; {kept}. Free some space, then "
-         + (f"continue with `{resume_command}`" if saved_iter is not None else "start again"))
+    fail(f"could not write {path}: {write_error(path, error, size)}; {kept}, "
+         + (f"continue with `{resume_command}`" if saved_iter is not None else "then start again"))
 
 
 def save_checkpoint():
@@ -250,7 +279,9 @@ def save_checkpoint():
                   "dataset_meta": meta,  # sample.py checks that data/<dataset>/meta.json still has this tokenizer
                   "rng": {"cpu": torch.get_rng_state(),
                           "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None}}
-    write_atomic(ckpt_path, lambda f: torch.save(checkpoint, f), on_error=stop_write_failed)
+    buffer = io.BytesIO()  # in memory first: torch's zip writer turns a full disk into an unclear error
+    torch.save(checkpoint, buffer)
+    write_atomic(ckpt_path, buffer.getbuffer(), on_error=stop_write_failed)
     saved_iter = iter_num
 
 
@@ -329,16 +360,6 @@ def evals_left(it):
     return max(0, max_iters // eval_interval - (it - 1) // eval_interval) + (max_iters % eval_interval != 0)
 
 
-def on_interrupt(kind, value, tb):
-    """Ctrl-C: one line saying where the last checkpoint is, instead of a traceback."""
-    if not issubclass(kind, KeyboardInterrupt):
-        return sys.__excepthook__(kind, value, tb)
-    if master:  # (write_atomic removes the temporary file of a save cut short)
-        print(f"interrupted at iteration {iter_num}: " + (
-            f"the last checkpoint is {ckpt_path} (iteration {saved_iter}); continue with `{resume_command}`"
-            if saved_iter is not None else "no checkpoint was saved yet"), file=sys.stderr)
-
-
 def stop_non_finite(what):
     fail(f"non-finite {what} at iteration {iter_num}: stopped; the last good checkpoint {ckpt_path} is kept. "
          f"Lower --learning_rate or raise --warmup_iters")
@@ -350,9 +371,7 @@ tokens_per_iter = gradient_accumulation_steps * batch_size * block
 flops_per_token = raw_model.flops_per_token(block)
 # the MFU denominator: the fastest of 10 large matmuls in the run's dtype, measured since a CPU has no datasheet peak
 peak_flops = matmul_peak(device, ptdtype, 4096 if device_type == "cuda" else 1024, 10, warmup=0, pick=min)
-sys.excepthook = on_interrupt
 if master:
-    os.makedirs(out_dir, exist_ok=True)
     if init_from == "resume":
         truncate_log(log_path, iter_num, on_error=stop_write_failed)
     else:  # checked above: no checkpoint here, or --overwrite=True
@@ -370,6 +389,10 @@ if master:
     total = (max_iters - iter_num) * iter_seconds + evals_left(iter_num + (init_from == "resume")) * eval_seconds
     print(f"estimated: {duration(iter_seconds)} per iteration, {duration(eval_seconds)} per evaluation, "
           f"{duration(total)} in all", flush=True)
+    if device_type == "cpu" and os.getloadavg()[0] > os.cpu_count() - 0.5 and torch.get_num_threads() > 1:
+        print(f"warning: the CPU is busy (load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores), and this run's "
+              f"{torch.get_num_threads()} threads will wait on the others: run several at once with OMP_NUM_THREADS=1 "
+              f"each, as study.py does", flush=True)
     if device_type == "cpu" and total > 3 * 3600:
         print(f"warning: this run would take about {duration(total)} on this CPU; for a CPU-sized run, "
               f"try `python train.py config/cpu_baseline.py` (minutes)", flush=True)
