@@ -296,12 +296,13 @@ def plan(suite, runs, seeds, overrides, max_iters, n_parallel, can_measure):
                  " | ".join(f"{flops / (ASSUMED_MFU * peak) / 3600:.2f}" for peak in PEAKS.values()) + " |"))
     print(f"total: {total_flops:.2e} FLOPs")
     if can_measure:
-        print(f"cost, at the tokens/s measured here ({device}): {total_hours:.1f} device-hours; with {n_parallel} run(s) "
-              f"at a time, about {total_hours / n_parallel:.1f} h", flush=True)
+        print(f"cost, at the tokens/s measured here ({device}): {total_hours:.1f} device-hours; with "
+              f"{n_parallel} run(s) at a time, about {total_hours / n_parallel:.1f} h", flush=True)
     else:
+        gpu_hours = {gpu: total_flops / (ASSUMED_MFU * peak) / 3600 for gpu, peak in PEAKS.items()}
         print(f"cost, with no {settings['device']} device here to measure on, at an assumed {ASSUMED_MFU:.0%} MFU: "
-              + "; ".join(f"{gpu} ({peak / 1e12:.0f} TFLOP/s bf16 dense) {total_flops / (ASSUMED_MFU * peak) / 3600:.1f} "
-                          f"GPU-hours" for gpu, peak in PEAKS.items())
+              + "; ".join(f"{gpu} ({PEAKS[gpu] / 1e12:.0f} TFLOP/s bf16 dense) {hours:.1f} GPU-hours"
+                          for gpu, hours in gpu_hours.items())
               + "; one run per GPU, so N GPUs take 1/N of that", flush=True)
     return total_flops, total_hours
 
@@ -674,6 +675,7 @@ if __name__ == "__main__":
     parser.add_argument("--pick_lr", default=None, help="comma-separated learning rates: pick the gpt2_heldout "
                                                         "control's (see pick_lr) and stop")
     args, overrides = parser.parse_known_args()
+    args.input, args.val_input = (path and os.path.abspath(path) for path in (args.input, args.val_input))
     parse_overrides(overrides)  # one line for anything that is not --key=value
     suite = SUITES[args.suite]
     if args.seeds is not None and args.seeds < 2:
