@@ -1,6 +1,6 @@
 """What the tests share: running the scripts, the one-line error check, stand-in texts, tiny models, a prepared
-dataset with a finished run, a compacted-vocabulary dataset and a fake WikiText-2 host. CPU only, no network
-beyond 127.0.0.1.
+dataset with a finished run, a compacted-vocabulary dataset and fake WikiText-2 and WikiText-103 hosts. CPU only, no
+network beyond 127.0.0.1.
 
     python -m pytest -q                 # everything (~5 minutes on a 2-core CPU)
     python -m pytest -q test_train.py   # one file of the project
@@ -9,6 +9,7 @@ Each test_X.py is about X.py (test_configs.py: the config/ files); a test module
 never from another test module.
 """
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -228,3 +229,50 @@ def prepare_wikitext2(host, tmp_path, *extra):
     """prepare_wikipedia.main from the fake host into tmp_path, byte tokens, every article kept."""
     pw.main(["--wikitext2_url", host.url, "--retry_delay", "0", "--min_chars", "0", "--tokenizer", "byte",
              "--out_dir", str(tmp_path), *extra])
+
+
+def serve(handler):
+    """Serve the FileHandler subclass on 127.0.0.1 in a thread; returns the server (shut it down after)."""
+    server = HTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    return server
+
+# -----------------------------------------------------------------------------
+# a fake host of WikiText-103's Parquet files: prepare_wikipedia.py and data.py tests
+
+
+def wikitext103_lines(n_articles=40):
+    """WikiText-103 raw text as the hub's Parquet rows hold it: one line per row with its newline, empty rows
+    between; article i has 20 + 15 * (i % 7) words and a section."""
+    rng = np.random.default_rng(0)
+    lines = []
+    for i in range(n_articles):
+        words = " ".join(rng.choice(ASCII_WORDS, size=20 + 15 * (i % 7)))
+        lines += ["", f" = Article {i} = \n", "", f" {words} . \n", "", " = = Later = = \n", "",
+                  f" Article {i} ends . \n"]
+    return lines
+
+
+def parquet_bytes(lines):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    buffer = io.BytesIO()
+    pq.write_table(pa.table({"text": lines}), buffer)
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def wikitext103_host(monkeypatch):
+    """A fake hub with WikiText-103's two train shards (the cut between them inside an article), their sha256s
+    patched in; host.lines: the text's rows in order."""
+    lines = wikitext103_lines()
+    cut = len(lines) // 2 + 3  # inside an article
+    names = list(pw.WIKITEXT103_FILES)
+    files = {names[0]: parquet_bytes(lines[:cut]), names[1]: parquet_bytes(lines[cut:])}
+    monkeypatch.setattr(pw, "WIKITEXT103_FILES", {name: hashlib.sha256(files[name]).hexdigest() for name in names})
+    handler = type("Handler", (FileHandler,), {"files": files, "cut": set(), "ranges": [], "lines": lines})
+    server = serve(handler)
+    handler.url = f"http://127.0.0.1:{server.server_port}/datasets/wikitext/resolve/0/wikitext-103-raw-v1/"
+    yield handler
+    server.shutdown()
+    server.server_close()

@@ -112,6 +112,11 @@ def prepare_command(dataset):
     if wikitext2:
         return (f"python prepare_wikipedia.py --wikitext2={wikitext2[1]} --tokenizer={wikitext2[3]}"
                 + f" --wikitext2_val={wikitext2[2]}" * bool(wikitext2[2]) + " --compact_vocab" * bool(wikitext2[4]))
+    wikitext103 = re.fullmatch(r"wikitext103(?:_(\d+)-(\d+))?(_byte)?(c?)", dataset)
+    if wikitext103:
+        return ("python prepare_wikipedia.py --wikitext103"
+                + f" --train_tokens={wikitext103[1]} --val_tokens={wikitext103[2]}" * bool(wikitext103[1])
+                + " --tokenizer=byte" * bool(wikitext103[3]) + " --compact_vocab" * bool(wikitext103[4]))
     if dataset == "wikipedia":
         return "python prepare_wikipedia.py"
     lang = re.fullmatch(r"wikipedia_([a-z-]+)", dataset)

@@ -7,9 +7,14 @@ MediaWiki Action API, one request at a time, and cached in articles.jsonl so tha
 an interrupted run continues where it stopped. --wikitext2 downloads a split of
 WikiText-2 (as pytorch/examples ships it), checks it, and prepares it. --input
 reads local UTF-8 .txt files (WikiText style is split into articles at
-' = Title = ' lines), folders of .txt files, or an articles .jsonl.
+' = Title = ' lines), folders of .txt files, or an articles .jsonl. --wikitext103
+downloads WikiText-103's train split (raw text, 314 MB of Parquet from the Hugging
+Face hub, checked and resumable) and takes whole articles from it in a random order
+until val.bin and train.bin hold the write-up's token counts (or --val_tokens and
+--train_tokens).
 
     python prepare_wikipedia.py --num_articles 5000
+    python prepare_wikipedia.py --wikitext103    # -> data/wikitext103/: 38.3M train, 4.34M val GPT-2 tokens
     python prepare_wikipedia.py --wikitext2 --tokenizer byte    # -> data/wikitext2_valid_byte/
     python prepare_wikipedia.py --input my_texts/ --name mine
 
@@ -50,6 +55,19 @@ WIKITEXT2_FILES = {
     "valid": ("valid.txt", "sha256", "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8"),
     "test": ("test.txt", "sha256", "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0"),
 }
+# WikiText-103 (raw) as the Hugging Face hub serves it (dataset Salesforce/wikitext, config wikitext-103-raw-v1):
+# Parquet files with one line of text per row, at a pinned revision of the hub's repository
+WIKITEXT103_URL = ("https://huggingface.co/datasets/Salesforce/wikitext/resolve/"
+                   "b08601e04326c79dfdd32d625aee71d232d685c3/wikitext-103-raw-v1/")
+# its train split's two shards (157 MB each) and their sha256s, from the hub's Git LFS pointers of that revision
+WIKITEXT103_FILES = {
+    "train-00000-of-00002.parquet": "74da360f23826045b3e6ac6375411fdb15f003030aa74f2596ed08b857cb9212",
+    "train-00001-of-00002.parquet": "ba090ac30dbf5461e8dcbdd1a1b8e6f3cf9c2c756d64f0c1220450acd514f720",
+}
+WIKITEXT103_MB = 314  # both shards
+ASSUMED_MB_PER_S = 10  # for the time announced before a download starts
+# the write-up's token files (uint16: 76,553,660 and 8,683,560 bytes): --wikitext103's default size
+WRITE_UP_TOKENS = {"train": 38_276_830, "val": 4_341_780}
 
 
 # -----------------------------------------------------------------------------
@@ -273,9 +291,36 @@ def file_checksum(path, kind):
     return h.hexdigest()
 
 
-def download(url, path, kind, checksum, retry_delay):
+class Progress:
+    """One line, rewritten at most once a second: bytes so far (of size, when known), speed, time left."""
+
+    def __init__(self, name, start, size):
+        self.name, self.have, self.size, self.start = name, start, size, start
+        self.t0 = self.shown = time.monotonic()
+
+    def add(self, n):
+        self.have += n
+        if time.monotonic() - self.shown >= 1:
+            self.show()
+
+    def show(self):
+        self.shown = time.monotonic()
+        rate = (self.have - self.start) / max(self.shown - self.t0, 1e-9)
+        left = (f" of {self.size / 1e6:,.1f} MB, {rate / 1e6:.1f} MB/s, "
+                f"about {(self.size - self.have) / max(rate, 1):.0f} s left" if self.size else " MB")
+        print(f"\r  {self.name}: {self.have / 1e6:,.1f}{left}  ", end="", flush=True)
+
+    def done(self):
+        if self.shown > self.t0:  # a progress line was shown: end it
+            self.show()
+            print(flush=True)
+
+
+def download(url, path, kind, checksum, retry_delay, url_option="--wikitext2_url",
+             offline="Get the file another way and prepare it with --input PATH"):
     """Downloads url to path through path + '.part': a cut download resumes with an HTTP Range request,
-    and path appears (by rename, so never half-written) only once its checksum matches."""
+    and path appears (by rename, so never half-written) only once its checksum matches. A line shows its
+    progress. url_option and offline: what the error lines suggest."""
     part = path + ".part"
     headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}  # byte ranges of the file itself
     attempt = 0
@@ -291,12 +336,17 @@ def download(url, path, kind, checksum, retry_delay):
                 if r.status_code == 429 or r.status_code >= 500:
                     raise requests.HTTPError(f"HTTP {r.status_code}")
                 if r.status_code not in (200, 206):
-                    fail(f"{url} answered HTTP {r.status_code}; check --wikitext2_url")
+                    fail(f"{url} answered HTTP {r.status_code}; check {url_option}")
                 resumed = r.status_code == 206 and r.headers.get("Content-Range", "").startswith(f"bytes {have}-")
                 print(f"downloading {url}" + (f" from byte {have:,}" if resumed else ""), flush=True)
+                start = have if resumed else 0
+                size = start + int(r.headers.get("Content-Length", 0)) if r.headers.get("Content-Length") else None
                 with open(part, "ab" if resumed else "wb") as f:  # a server that ignores Range sends it all again
+                    progress = Progress(os.path.basename(path), start, size)
                     for chunk in read_body(r, DOWNLOAD_DEADLINE):
                         f.write(chunk)
+                        progress.add(len(chunk))
+                    progress.done()
             break
         except KeyboardInterrupt:
             print(f"\ninterrupted: run the same command again to resume the download of {url}", file=sys.stderr)
@@ -305,20 +355,18 @@ def download(url, path, kind, checksum, retry_delay):
             reason = str(e)
         except (requests.Timeout, requests.ConnectionError) as e:
             if unresolvable(e):
-                fail(f"could not download {url}: its host name does not resolve (no network?). Get the file "
-                     f"another way and prepare it with --input PATH")
+                fail(f"could not download {url}: its host name does not resolve (no network?). {offline}")
             reason = type(e).__name__
         if os.path.exists(part) and os.path.getsize(part) > have:
             continue  # progress: resume at once, and this try does not count
         attempt += 1
         if attempt == MAX_TRIES:
-            fail(f"could not download {url} after {MAX_TRIES} tries ({reason}); no network? Get the file "
-                 f"another way and prepare it with --input PATH")
+            fail(f"could not download {url} after {MAX_TRIES} tries ({reason}); no network? {offline}")
         time.sleep(retry_wait(attempt - 1, retry_delay, retry_after, reason))
     if file_checksum(part, kind) != checksum:
         os.remove(part)
         fail(f"{os.path.basename(path)} from {url} does not have the expected {kind} {checksum}; "
-             f"the download is deleted: run again, or check --wikitext2_url")
+             f"the download is deleted: run again, or check {url_option}")
     os.replace(part, path)
 
 
@@ -336,6 +384,75 @@ def wikitext2_files(split, url, folder, retry_delay):
             download(url.rstrip("/") + "/" + name, path, kind, checksum, retry_delay)
         paths.append(path)
     return paths
+
+# -----------------------------------------------------------------------------
+# WikiText-103's train split, from the Hugging Face hub: articles until the token counts asked for
+
+
+def wikitext103_files(url, folder, retry_delay):
+    """The paths of WikiText-103's train shards, downloaded into folder (after announcing the size and time) where
+    absent, each checked against its sha256; a folder that holds them whole needs no network."""
+    os.makedirs(folder, exist_ok=True)
+    paths = [os.path.join(folder, name) for name in WIKITEXT103_FILES]
+    for path, checksum in zip(paths, WIKITEXT103_FILES.values()):
+        if os.path.exists(path) and file_checksum(path, "sha256") != checksum:
+            print(f"{path} does not have the expected sha256: downloading it again", flush=True)
+            os.remove(path)
+    missing = [path for path in paths if not os.path.exists(path)]
+    if missing:
+        have = sum(os.path.getsize(path + ".part") for path in missing if os.path.exists(path + ".part")) / 1e6
+        todo = WIKITEXT103_MB * len(missing) / len(paths) - have
+        print(f"WikiText-103 (raw), train split: {len(missing)} Parquet file(s), about {todo:.0f} MB to download "
+              f"into {folder}/" + (f" ({have:.0f} MB already there)" if have else "")
+              + f": about {todo / ASSUMED_MB_PER_S / 60:.0f} min at {ASSUMED_MB_PER_S} MB/s", flush=True)
+    for path, checksum in zip(paths, WIKITEXT103_FILES.values()):
+        if not os.path.exists(path):
+            download(url.rstrip("/") + "/" + os.path.basename(path), path, "sha256", checksum, retry_delay,
+                     url_option="--wikitext103_url", offline=f"Copy the files {', '.join(WIKITEXT103_FILES)} from "
+                     f"a machine with network into {folder}/, then run the same command")
+    return paths
+
+
+def wikitext103_articles(paths, tokens, seed, min_chars, encode, eot_token):
+    """Whole articles of the shards, in a random order (seed): val articles until val holds tokens['val'] tokens,
+    then train articles until train holds tokens['train']. Each article carries its token ids (and 'val')."""
+    try:
+        import pyarrow.parquet as pq  # only here: the one reader of Parquet files
+    except ImportError:
+        fail("--wikitext103 reads Parquet files, which needs pyarrow: pip install pyarrow")
+    print(f"reading {len(paths)} Parquet file(s)", flush=True)
+    try:  # a row is a line of the split's text, with its newline: joined, they are the text file
+        text = "".join(line for path in paths for line in pq.read_table(path, columns=["text"])["text"].to_pylist())
+    except Exception as e:  # checked files cannot fail here, unless pyarrow itself is broken
+        fail(f"could not read the Parquet files in {os.path.dirname(paths[0])}/ ({type(e).__name__}: {e}); "
+             f"delete them and run again")
+    articles = [a for a in split_wikitext(text, "WikiText-103") if len(a["text"]) >= min_chars]
+    del text
+    wanted = tokens["val"] + tokens["train"]
+    print(f"{len(articles):,} articles; taking whole ones in a random order until val has {tokens['val']:,} and "
+          f"train {tokens['train']:,} tokens", flush=True)
+    counts, chosen, t0 = {"val": 0, "train": 0}, [], time.time()
+
+    def show_progress():
+        done = sum(counts.values())
+        print(f"\rtokenized {len(chosen):,} articles: val {counts['val']:,}, train {counts['train']:,} tokens "
+              f"({done / wanted:.0%}, about {max(0, wanted - done) / done * (time.time() - t0):.0f} s left)",
+              end="", flush=True)
+    for i in np.random.default_rng(seed).permutation(len(articles)):
+        split = "val" if counts["val"] < tokens["val"] else "train"
+        if split == "train" and counts["train"] >= tokens["train"]:
+            break
+        ids = np.array(encode(articles[i]["text"]) + [eot_token], dtype=np.uint16)
+        chosen.append(dict(articles[i], ids=ids, val=split == "val"))
+        counts[split] += len(ids)
+        if len(chosen) % 500 == 0:
+            show_progress()
+    show_progress()
+    print()
+    if counts["train"] < tokens["train"]:
+        fail(f"WikiText-103's train split has {sum(counts.values()):,} tokens in articles of at least --min_chars="
+             f"{min_chars} characters, fewer than the {wanted:,} asked for; lower --train_tokens or --val_tokens")
+    return chosen
 
 # -----------------------------------------------------------------------------
 
@@ -357,14 +474,24 @@ def main(argv=None):
     parser.add_argument("--val_input", nargs="+", metavar="PATH",
                         help="local text for val.bin alone; every article of --input then goes to train.bin")
     parser.add_argument("--wikitext2_url", default=WIKITEXT2_URL, help="where the WikiText-2 .txt files are")
+    parser.add_argument("--wikitext103", action="store_true",
+                        help="download WikiText-103's train split (raw; 314 MB of Parquet, pyarrow reads it) into "
+                             "<out_dir>/wikitext-103/ and take whole articles in a random order (--seed) until val "
+                             "and train hold --val_tokens and --train_tokens tokens")
+    parser.add_argument("--train_tokens", type=int, default=WRITE_UP_TOKENS["train"],
+                        help="with --wikitext103: tokens of train.bin (default: the write-up's %(default)s)")
+    parser.add_argument("--val_tokens", type=int, default=WRITE_UP_TOKENS["val"],
+                        help="with --wikitext103: tokens of val.bin (default: the write-up's %(default)s)")
+    parser.add_argument("--wikitext103_url", default=WIKITEXT103_URL, help="where WikiText-103's Parquet files are")
     parser.add_argument("--tokenizer", default="gpt2", help="gpt2 (GPT-2 BPE) or byte (UTF-8 bytes)")
     parser.add_argument("--compact_vocab", action="store_true",
                         help="renumber the token ids that occur (plus end-of-text) densely: a smaller output layer")
     parser.add_argument("--val_fraction", type=float, default=0.05, help="fraction of articles for val.bin")
     parser.add_argument("--seed", type=int, default=1337, help="seed of the train/val split")
     parser.add_argument("--out_dir", default="data")
-    parser.add_argument("--name", default=None, help="dataset folder name (default: wikipedia, wikipedia_<lang>, "
-                                                      "or wikitext2_<split>_<tokenizer>, + c with --compact_vocab)")
+    parser.add_argument("--name", default=None,
+                        help="dataset folder name (default: wikipedia, wikipedia_<lang>, wikitext2_<split>_<tokenizer> "
+                             "or wikitext103[_<train>-<val>][_byte], + c with --compact_vocab)")
     args = parser.parse_args(argv)
     if args.input and args.wikitext2:
         fail("give --input or --wikitext2, not both")
@@ -372,6 +499,12 @@ def main(argv=None):
         fail("--wikitext2_val names the val split of a --wikitext2 dataset; add --wikitext2=valid (or train)")
     if args.val_input and not (args.input or args.wikitext2) or args.val_input and args.wikitext2_val:
         fail("--val_input gives the val text of an --input or --wikitext2 dataset (not with --wikitext2_val)")
+    if args.wikitext103 and (args.input or args.wikitext2 or args.val_input):
+        fail("--wikitext103 is a dataset of its own; leave out --input, --wikitext2 and --val_input")
+    if not args.wikitext103 and (args.train_tokens, args.val_tokens) != tuple(WRITE_UP_TOKENS.values()):
+        fail("--train_tokens and --val_tokens size a --wikitext103 dataset; add --wikitext103")
+    if args.train_tokens < 1 or args.val_tokens < 1:
+        fail(f"--train_tokens and --val_tokens must be at least 1, got {args.train_tokens} and {args.val_tokens}")
     if args.num_articles < 1:
         fail(f"--num_articles must be at least 1, got {args.num_articles}")
     if not 0 <= args.val_fraction < 1:
@@ -380,7 +513,11 @@ def main(argv=None):
     if args.compact_vocab and args.tokenizer != "gpt2":
         fail("--compact_vocab renumbers GPT-2 token ids; use it with --tokenizer gpt2")
     wikitext2 = f"{args.wikitext2}{'-' + args.wikitext2_val if args.wikitext2_val else ''}"
+    tokens = {"train": args.train_tokens, "val": args.val_tokens}
+    sizes = "" if tokens == WRITE_UP_TOKENS else f"_{args.train_tokens}-{args.val_tokens}"
     name = args.name or (f"wikitext2_{wikitext2}_{args.tokenizer}{'c' * args.compact_vocab}" if args.wikitext2 else
+                         f"wikitext103{sizes}{'_byte' * (args.tokenizer == 'byte')}{'c' * args.compact_vocab}"
+                         if args.wikitext103 else
                          os.path.splitext(os.path.basename(os.path.normpath(args.input[0])))[0] if args.input else
                          "wikipedia" if args.lang == "en" else f"wikipedia_{args.lang}")
     if not re.fullmatch(r"[\w.-]+", name) or name in (".", ".."):
@@ -395,7 +532,12 @@ def main(argv=None):
     remove_stale_temporaries(out)
     t0 = time.time()
 
-    if args.input:
+    if args.wikitext103:
+        paths = wikitext103_files(args.wikitext103_url, os.path.join(args.out_dir, "wikitext-103"), args.retry_delay)
+        articles = wikitext103_articles(paths, tokens, args.seed, args.min_chars, encode, eot_token)
+        source = (f"WikiText-103 (raw) train split, {args.wikitext103_url}: whole articles in a random order (seed "
+                  f"{args.seed}), val until {args.val_tokens:,} tokens, then train until {args.train_tokens:,}")
+    elif args.input:
         articles = read_input(args.input)
         source = "local files: " + " ".join(args.input)
         if args.val_input:  # val.bin from these alone
@@ -422,7 +564,8 @@ def main(argv=None):
 
     num_nul = sum(a["text"].count("\0") for a in articles)
     if num_nul:  # NUL is the byte tokenizer's end-of-text: it must not occur inside an article
-        articles = [dict(a, text=a["text"].replace("\0", "")) for a in articles]
+        articles = [{**{k: v for k, v in a.items() if k != "ids"}, "text": a["text"].replace("\0", "")}
+                    for a in articles]  # tokenized again below
         print(f"removed {num_nul} NUL characters from the articles' text")
     num_found = len(articles)
     articles = [a for a in articles if len(a["text"]) >= args.min_chars]
@@ -431,7 +574,7 @@ def main(argv=None):
              f"({num_found} found); give more text or lower --min_chars")
 
     # split by whole articles, so no article has text in both train and val
-    if args.val_input:
+    if args.val_input or args.wikitext103:
         is_val = np.array([a.get("val", False) for a in articles])
         if is_val.all() or not is_val.any():
             fail(f"{'no train' if is_val.all() else 'no val'} article of at least --min_chars={args.min_chars} "
@@ -450,10 +593,12 @@ def main(argv=None):
     assert vocab_size <= 2 ** 16, "token ids must fit in uint16"
     splits = {"train": [], "val": []}
     for i, article in enumerate(articles):
-        splits["val" if is_val[i] else "train"].append(np.array(encode(article["text"]) + [eot_token], dtype=np.uint16))
-        if (i + 1) % 100 == 0 or i + 1 == len(articles):
+        ids = article["ids"] if "ids" in article else np.array(encode(article["text"]) + [eot_token], dtype=np.uint16)
+        splits["val" if is_val[i] else "train"].append(ids)
+        if "ids" not in article and ((i + 1) % 100 == 0 or i + 1 == len(articles)):
             print(f"\rtokenized {i + 1}/{len(articles)} articles", end="", flush=True)
-    print()
+    if not args.wikitext103:
+        print()
     meta = {"tokenizer": args.tokenizer, "vocab_size": vocab_size, "eot_token": eot_token, "dtype": "uint16"}
     if args.compact_vocab:  # same segmentation, ids renumbered 0 .. n-1 in the order of the original ids
         compact_vocab = np.unique(np.concatenate([*splits["train"], *splits["val"], [eot_token]]))
@@ -476,7 +621,7 @@ def main(argv=None):
         meta[f"{split}_tokens"], meta[f"{split}_articles"] = len(ids), len(arrays)
         meta[f"{split}_token_sum"] = int(ids.sum(dtype=np.uint64))  # train.py tells files of two preparations apart
     meta.update(source=source, min_chars=args.min_chars, skipped_short_articles=num_found - len(articles),
-                val_fraction=None if args.val_input else args.val_fraction, seed=args.seed)
+                val_fraction=None if args.val_input or args.wikitext103 else args.val_fraction, seed=args.seed)
     write_atomic(os.path.join(out, "meta.json"), (json.dumps(meta, indent=2) + "\n").encode("utf-8"))
     print(f"wrote {out}: train {meta['train_tokens']:,} tokens ({meta['train_articles']} articles), "
           f"val {meta['val_tokens']:,} tokens ({meta['val_articles']} articles), "

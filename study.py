@@ -5,6 +5,8 @@ random seeds, through train.py: two suites, each resumable (run the same command
     python study.py --suite=gpt2     # GPT-2 tokens, many passes, overfitting: the write-up's regime (~4 h on 2 cores)
     python study.py --suite=gpt2_long  # three of its runs to 3,000 steps: where val loss turns (~3 h)
     python study.py --suite=byte     # byte tokens, under one pass: early learning speed (~45 min)
+    python study.py --suite=paper --dry_run  # the write-up's own table at its scale, on CUDA GPUs: plan and cost
+    python study.py --suite=paper    # 8 configurations x 3 seeds, one run per visible GPU (docs/reproduce.md)
     python study.py --suite=gpt2 --summary           # the table of results so far, with paired differences
     python study.py --suite=gpt2 --results=my_rerun  # train everything again into another folder
 
@@ -12,13 +14,17 @@ Logs go to results/<suite>_study/<run>_seed<N>/log.jsonl (read by notebooks/loss
 reaches max_iters is done, one with a checkpoint resumes from it. Checkpoints stay next to the logs (git ignores
 them), for evaluate.py and sample.py, and so that a run can be extended exactly by raising max_iters.
 Runs with the same seed see the same batches, so each comparison is made seed by seed (paired).
+Any other --key=value goes to every train.py run, after the suite's settings: e.g. --device=cpu --n_layer=1.
 """
 import argparse
+import ast
 import json
 import math
 import os
+import queue
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -66,7 +72,21 @@ SUITES = {
                          download=["--wikitext2=valid", "--wikitext2_val=test"],
                          args=["--dataset=wikitext2_valid-test_gpt2c", "--vocab_size=18013", "--eval_interval=100"],
                          runs=["baseline", "encdec_none", "encdec_mse_pos_sub_coeff1", "baseline_slow"]),
+    # The write-up's own table at its own scale: config/paper_<run>.py as written (9,000 steps of 160,000 tokens), on
+    # WikiText-103 articles sized to its token files (prepare_wikipedia.py --wikitext103), on CUDA with bf16 autocast
+    # and torch.compile, one run per visible GPU; the primary comparisons first (docs/reproduce.md pre-registers them)
+    "paper": dict(results="results/paper_study", config="paper_", seeds=[0, 1, 2], max_iters=None,
+                  dataset="wikitext103", prepare=[], download=["--wikitext103"], core=3, gpu=True,
+                  args=["--dataset=wikitext103", "--device=cuda", "--dtype=bfloat16", "--compile=True"],
+                  best="encdec_mse_pos_sub", figures=["late_val"],  # the pre-registered figure; the others: table
+                  train_levels=[3.3, 3.1, 3.0],
+                  runs=["baseline", "encdec_none", "encdec_mse_pos_sub", "smaller_baseline", "dropout_baseline",
+                        "encdec_mse", "encdec_cosine", "encdec_pos_sub"]),
 }
+# The write-up's reported (train loss, val loss) of each run of its table: one run each, 9,000 steps on one A100
+WRITE_UP_RUNS = {"baseline": (2.937, 3.424), "smaller_baseline": (2.958, 3.416), "dropout_baseline": (3.174, 3.406),
+                 "encdec_none": (3.043, 3.413), "encdec_mse": (2.998, 3.385), "encdec_cosine": (2.993, 3.387),
+                 "encdec_pos_sub": (2.979, 3.381), "encdec_mse_pos_sub": (2.982, 3.378)}
 
 
 def config_value(suite, run, key):
@@ -101,7 +121,9 @@ def start_from_shorter_run(suite, run, seed, out_dir):
     return log[-1]["iter"]
 
 
-def train(suite, results, run, seed, max_iters):
+def train(suite, results, run, seed, max_iters, overrides=(), gpu=None):
+    """One run of a suite through train.py (resumed where it has a checkpoint); overrides: --key=value after the
+    suite's; gpu: the one CUDA device it sees. Returns (status, its last log record or None if it failed)."""
     out_dir = run_dir(results, run, seed)
     log = read_log(os.path.join(out_dir, "log.jsonl"))[0]
     if log and log[-1]["iter"] >= max_iters:
@@ -111,15 +133,17 @@ def train(suite, results, run, seed, max_iters):
     resume = os.path.exists(ckpt)
     cmd = [sys.executable, "train.py", f"config/{SUITES[suite]['config']}{run}.py", f"--seed={seed}",
            f"--out_dir={os.path.relpath(out_dir, ROOT)}", f"--max_iters={max_iters}"]
-    cmd += SUITES[suite].get("args", [])
+    cmd += SUITES[suite].get("args", []) + list(overrides)
     if suite == "byte":  # a shorter study keeps the configs' schedule shape: the cosine reaches min_lr at the last step
         cmd += [f"--lr_decay_iters={max_iters}", f"--eval_interval={max(1, max_iters // 4)}"]
     cmd += ["--init_from=resume"] if resume else ["--overwrite=True"] if log else []  # a cut run without checkpoint
     if STOP.is_set():  # Ctrl-C: no new runs
         return "not started", None
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     t0 = time.time()
-    process = subprocess.Popen(cmd, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"),
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     RUNNING.add(process)
     output = process.communicate()[0]
     RUNNING.discard(process)
@@ -165,12 +189,23 @@ def pick_lr(rates, n_jobs, seed=0, reference="encdec_none"):
 STOP, RUNNING = threading.Event(), set()  # Ctrl-C: start no more runs; the train.py processes running now
 
 
-def run_all(suite, results, jobs, max_iters, n_jobs):
-    """Train the (run, seed) jobs, n_jobs at a time; Ctrl-C stops them all, keeping every finished run and the last
-    checkpoint of every run cut short, and says how to go on."""
+def run_all(suite, results, jobs, max_iters, n_jobs, overrides=(), gpus=()):
+    """Train the (run, seed) jobs, n_jobs at a time, or one per GPU of gpus, each seeing only its own. Ctrl-C stops
+    them all, keeping every finished run and the last checkpoint of every run cut short, and says how to go on."""
     start, failed = time.time(), 0
-    pool = ThreadPoolExecutor(n_jobs)
-    futures = [pool.submit(train, suite, results, run, seed, max_iters or suite_iters(suite, run))
+    free = queue.Queue()
+    for gpu in gpus:
+        free.put(gpu)
+
+    def on_a_free_gpu(run, seed):
+        gpu = free.get()
+        try:
+            return train(suite, results, run, seed, max_iters or suite_iters(suite, run), overrides, gpu)
+        finally:
+            free.put(gpu)
+    pool = ThreadPoolExecutor(len(gpus) or n_jobs)
+    futures = [pool.submit(on_a_free_gpu, run, seed) if gpus else
+               pool.submit(train, suite, results, run, seed, max_iters or suite_iters(suite, run), overrides)
                for run, seed in jobs]
     try:
         for i, ((run, seed), future) in enumerate(zip(jobs, futures), 1):
@@ -194,6 +229,108 @@ def run_all(suite, results, jobs, max_iters, n_jobs):
     pool.shutdown()
     return failed
 
+
+# -----------------------------------------------------------------------------
+# the plan and its cost, before a suite starts
+
+# bf16 dense peaks of the data sheets, and the share of it assumed where no GPU is here to measure: the models are
+# narrow (150-160 wide), so most matmuls are small; only the 50,257-row output layer is large
+PEAKS = {"A100": 312e12, "H100": 989e12}
+ASSUMED_MFU = 0.2
+
+
+def parse_overrides(args):
+    """{key: value} of --key=value arguments, read as train.py reads them (a Python literal, else a string)."""
+    out = {}
+    for arg in args:
+        key, has_value, text = arg[2:].partition("=")
+        if not arg.startswith("--") or not has_value or not key:
+            fail(f"'{arg}' is neither a study.py option nor a train.py setting --key=value; see python study.py -h")
+        try:
+            out[key] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            out[key] = text
+    return out
+
+
+def run_settings(suite, run, overrides=()):
+    """The settings of one run of a suite: its config file, then the suite's train.py arguments, then overrides."""
+    settings = read_config(os.path.join(ROOT, "config", f"{SUITES[suite]['config']}{run}.py"))
+    settings.update(parse_overrides(SUITES[suite].get("args", []) + list(overrides)))
+    return settings
+
+
+def run_model(settings):
+    """The model of a run's settings, with the vocabulary of its prepared dataset (GPT-2's where none is prepared)."""
+    from model import ModelConfig, build_model
+    meta_path = os.path.join(ROOT, "data", settings["dataset"], "meta.json")
+    vocab = json.load(open(meta_path))["vocab_size"] if os.path.exists(meta_path) else 50257
+    flags = {k: v for k, v in settings.items() if k in ModelConfig.flags() and v is not None}
+    return build_model(ModelConfig(**{"vocab_size": vocab, **flags}))
+
+
+def run_cost(settings, max_iters):
+    """(parameters, training FLOPs per token, FLOPs of the whole run): training, plus the evaluations' forward passes
+    (a third of a training step's FLOPs per token; eval_iters batches of each split at step 0, every eval_interval
+    and at the end)."""
+    model = run_model(settings)
+    T = model.config.context_size
+    per_token = model.flops_per_token(T)
+    tokens = max_iters * settings["batch_size"] * settings["gradient_accumulation_steps"] * T
+    n_evals = max_iters // settings["eval_interval"] + 1 + (max_iters % settings["eval_interval"] != 0)
+    eval_tokens = n_evals * 2 * settings["eval_iters"] * settings["batch_size"] * T
+    return model.num_params(), per_token, per_token * (tokens + eval_tokens / 3)
+
+
+def measured_tokens_per_s(settings, steps=5):
+    """Training tokens/s of a run's model on its device, dtype and compile setting: the median of `steps` timed
+    steps of one micro-batch after two warm-up steps (the first compiles)."""
+    import torch
+    from bench import Trainer
+    model = run_model(settings)
+    dtype = torch.bfloat16 if settings["dtype"] == "bfloat16" else torch.float32
+    trainer = Trainer(model.config, settings["batch_size"], settings["device"].split(":")[0], dtype,
+                      settings["compile"])
+    times = [trainer.step() for _ in range(2 + steps)]
+    return settings["batch_size"] * model.config.context_size / statistics.median(times[2:])
+
+
+def plan(suite, runs, seeds, overrides, max_iters, n_parallel, can_measure):
+    """Prints what a suite will train and what it costs: FLOPs per run, and hours at the throughput measured on the
+    device it will use, or (no such device here) at ASSUMED_MFU of an A100's and an H100's bf16 peak."""
+    rows, total_flops, total_hours = [], 0, 0
+    for run in runs:
+        settings = run_settings(suite, run, overrides)
+        iters = max_iters or settings["max_iters"]
+        params, per_token, flops = run_cost(settings, iters)
+        speed = measured_tokens_per_s(settings) if can_measure else None
+        hours = flops / per_token / speed / 3600 if speed else None  # FLOPs / (FLOPs per token) = tokens, evals at 1/3
+        rows.append((run, params, per_token, flops, speed, hours))
+        total_flops += flops * len(seeds)
+        total_hours += (hours or 0) * len(seeds)
+    device = f"{settings['device']}, {settings['dtype']}{', compiled' * bool(settings['compile'])}"
+    print(f"{suite} study: {len(runs)} configurations x {len(seeds)} seeds (seeds {seeds}) = {len(runs) * len(seeds)} "
+          f"runs of {iters:,} steps x {settings['batch_size'] * settings['gradient_accumulation_steps']} sequences x "
+          f"{settings['context_size']} tokens, on data/{settings['dataset']}, {device}")
+    print("| run | parameters | MFLOPs per token | PFLOPs per run (with evaluations) | "
+          + ("measured tokens/s | hours per run |" if can_measure else
+             " | ".join(f"{gpu} hours per run at {ASSUMED_MFU:.0%} MFU" for gpu in PEAKS) + " |"))
+    print("|---" * 6 + "|")
+    for run, params, per_token, flops, speed, hours in rows:
+        print(f"| {run} | {params:,} | {per_token / 1e6:.1f} | {flops / 1e15:.1f} | "
+              + (f"{speed:,.0f} | {hours:.2f} |" if can_measure else
+                 " | ".join(f"{flops / (ASSUMED_MFU * peak) / 3600:.2f}" for peak in PEAKS.values()) + " |"))
+    print(f"total: {total_flops:.2e} FLOPs")
+    if can_measure:
+        print(f"cost, at the tokens/s measured here ({device}): {total_hours:.1f} device-hours; with "
+              f"{n_parallel} run(s) at a time, about {total_hours / n_parallel:.1f} h", flush=True)
+    else:
+        gpu_hours = {gpu: total_flops / (ASSUMED_MFU * peak) / 3600 for gpu, peak in PEAKS.items()}
+        print(f"cost, with no {settings['device']} device here to measure on, at an assumed {ASSUMED_MFU:.0%} MFU: "
+              + "; ".join(f"{gpu} ({PEAKS[gpu] / 1e12:.0f} TFLOP/s bf16 dense) {hours:.1f} GPU-hours"
+                          for gpu, hours in gpu_hours.items())
+              + "; one run per GPU, so N GPUs take 1/N of that", flush=True)
+    return total_flops, total_hours
 
 # -----------------------------------------------------------------------------
 # analysis
@@ -464,9 +601,10 @@ def regime(suite, logs):
     losses of the baseline, and a bigram model's val loss where the suite's data is prepared."""
     from model import ModelConfig, build_model
     namespace = read_config(os.path.join(ROOT, "config", f"{SUITES[suite]['config']}baseline.py"))
-    params = build_model(ModelConfig(**{k: v for k, v in namespace.items() if k in ModelConfig.flags()})).num_params()
     data = os.path.join(ROOT, "data", SUITES[suite]["dataset"])
     meta = json.load(open(os.path.join(data, "meta.json"))) if os.path.exists(os.path.join(data, "meta.json")) else {}
+    namespace["vocab_size"] = namespace.get("vocab_size") or meta.get("vocab_size", 50257)  # paper configs: the data's
+    params = build_model(ModelConfig(**{k: v for k, v in namespace.items() if k in ModelConfig.flags()})).num_params()
     f = [run_figures(log) for log in logs.get("baseline", {}).values()]
     out = dict(params=params, params_no_embed=params - namespace["vocab_size"] * namespace["n_embed"],
                train_tokens=meta.get("train_tokens"), val_tokens=meta.get("val_tokens"),
@@ -481,9 +619,11 @@ def regime(suite, logs):
     return out
 
 
-def summary(suite, results):
+def summary(suite, results, max_iters=None, seeds=None):
+    """The tables of a suite's finished runs (those whose log reaches max_iters, or the suite's steps)."""
     s = SUITES[suite]
-    logs = load(results, s["runs"], s["seeds"] + s.get("extra_seeds", []), lambda run: suite_iters(suite, run))
+    logs = load(results, s["runs"], seeds or s["seeds"] + s.get("extra_seeds", []),
+                lambda run: max_iters or suite_iters(suite, run))
     diffs = ("best_val", "late_val", "final_val")
     print("| run | seeds | best val | smoothed best val | at step | late val | final val | final train | val - train | "
           + " | ".join(f"{key.replace('_', ' ')} - baseline (95% CI)" for key in diffs) + " |")
@@ -504,6 +644,17 @@ def summary(suite, results):
         print(f"| {run} | {len(f)} | {pm('best_val')} | {pm('smoothed')} | {mean['best_iter']:.0f} | "
               f"{pm('late_val')} | "
               f"{pm('final_val')} | {pm('final_train')} | {mean['gap']:.3f} | " + " | ".join(cells) + " |")
+    if suite == "paper":
+        print("\nAgainst the write-up's figures (one run each; mean ± sd over seeds here):\n")
+        print("| run | seeds | write-up val | late val | best val | final val | write-up train | final train |")
+        print("|---" * 8 + "|")
+        for run in [run for run in s["runs"] if run in logs]:
+            f = [run_figures(log) for log in logs[run].values()]
+            pm = lambda k: f"{np.mean([x[k] for x in f]):.4f}" + (
+                f" ± {np.std([x[k] for x in f], ddof=1):.4f}" if len(f) > 1 else "")
+            train_loss, val_loss = WRITE_UP_RUNS[run]
+            print(f"| {run} | {len(f)} | {val_loss:.3f} | {pm('late_val')} | {pm('best_val')} | {pm('final_val')} | "
+                  f"{train_loss:.3f} | {pm('final_train')} |")
     rows = with_holm(claim_rows(suite, logs))
     print("\nClaims, A - B in val loss (nats/token), paired over seeds; Holm's correction within each family "
           "(m comparisons); a claim holds or is contradicted only when its adjusted interval excludes zero.\n")
@@ -538,22 +689,30 @@ def main(argv=None):
     parser.add_argument("--suite", default="gpt2", choices=sorted(SUITES), help="which study (default gpt2)")
     parser.add_argument("--results", default=None, help="folder of the logs (default results/<suite>_study)")
     parser.add_argument("--max_iters", type=int, default=None, help="steps per run (default: the suite's)")
-    parser.add_argument("--jobs", type=int, default=2, help="runs at a time, one CPU thread each")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds 0 .. N-1 (default: the suite's)")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time on a CPU, one thread each (on CUDA: "
+                                                            "one run per visible GPU)")
     parser.add_argument("--input", default=None,
                         help="a local copy of WikiText-2's valid.txt, instead of downloading it")
     parser.add_argument("--val_input", default=None, help="gpt2_heldout: a local copy of WikiText-2's test.txt "
                                                           "(default: test.txt beside --input)")
     parser.add_argument("--summary", action="store_true", help="print the table of finished runs and stop")
+    parser.add_argument("--dry_run", action="store_true", help="print the plan and its cost, and stop")
     parser.add_argument("--pick_lr", default=None, help="comma-separated learning rates: pick the gpt2_heldout "
                                                         "control's (see pick_lr) and stop")
     parser.error = lambda message: fail(f"{message} (see python study.py --help)")
-    args = parser.parse_args(argv)
+    args, overrides = parser.parse_known_args(argv)
+    args.input, args.val_input = (path and os.path.abspath(path) for path in (args.input, args.val_input))
+    parse_overrides(overrides)  # one line for anything that is not --key=value
     suite = SUITES[args.suite]
     if args.jobs < 1:
         fail(f"--jobs={args.jobs} is not allowed; use 1 or more runs at a time")
     if args.max_iters is not None and args.max_iters < 1:
         fail(f"--max_iters={args.max_iters} is not allowed; use a positive number of steps, or leave it out for "
              f"the suite's")
+    if args.seeds is not None and args.seeds < 2:
+        fail(f"--seeds={args.seeds}: paired differences need at least 2 seeds")
+    seeds = list(range(args.seeds)) if args.seeds else suite["seeds"]
     if args.pick_lr:
         pick_lr([float(rate) for rate in args.pick_lr.split(",")], args.jobs)
         return 0
@@ -562,36 +721,54 @@ def main(argv=None):
         if not any(os.path.exists(os.path.join(results, name, "log.jsonl"))
                    for name in (os.listdir(results) if os.path.isdir(results) else [])):
             fail(f"no runs in {os.path.relpath(results)}/ yet; train them with `python study.py --suite={args.suite}`")
-        summary(args.suite, results)
+        summary(args.suite, results, args.max_iters, seeds if args.seeds else None)
         return 0
+    max_iters = args.max_iters or suite.get("max_iters")
+    device = run_settings(args.suite, suite["runs"][0], overrides).get("device", "cpu")
+    gpus = []
+    if device.startswith("cuda"):  # one run per visible GPU, each seeing only its own
+        import torch
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        gpus = (visible.split(",") if visible else list(range(8 * 64)))[:torch.cuda.device_count()]
+    if suite.get("gpu") or args.dry_run:
+        plan(args.suite, suite["runs"], seeds, overrides, max_iters, len(gpus) or args.jobs,
+             can_measure=device == "cpu" or bool(gpus))
+    if args.dry_run:
+        return 0
+    if device.startswith("cuda") and not gpus:
+        fail(f"the {args.suite} suite trains on CUDA and no GPU is visible here; see its plan and cost with --dry_run, "
+             f"or run it tiny on the CPU with --device=cpu --dtype=float32 --compile=False (docs/reproduce.md)")
     if not os.path.exists(os.path.join(ROOT, "data", suite["dataset"], "train.bin")):
         source = ([f"--input={args.input}", f"--name={suite['dataset']}"] if args.input else
                   suite.get("download", ["--wikitext2=valid"]))
-        if args.input and "download" in suite:  # a held-out val text of its own
+        if args.input and "--wikitext2_val=test" in suite.get("download", []):  # a held-out val text of its own
             source += ["--val_input", args.val_input or os.path.join(os.path.dirname(args.input), "test.txt")]
         if subprocess.run([sys.executable, "prepare_wikipedia.py", *source, *suite["prepare"]], cwd=ROOT).returncode:
             fail(f"could not prepare data/{suite['dataset']}; see the message above")
     make_folder(results, "--results")
     hold_folder(results, "--results")  # one study at a time in a results folder
     note_holder(results, " ".join(["study.py", *(argv if argv is not None else sys.argv[1:])]))
-    max_iters = args.max_iters or suite.get("max_iters")
     core = suite["runs"][:suite.get("core", 0)]
     groups = [core, [run for run in suite["runs"] if run not in core]]  # the core first: its verdicts come first
-    print(f"{args.suite} study: {len(suite['runs']) * len(suite['seeds'])} runs into {os.path.relpath(results)}/, and "
-          f"seeds {suite.get('extra_seeds', [])} where needed; finished ones are kept "
-          f"(use --results=FOLDER to train them all again)", flush=True)
+    extra_seeds = [] if args.seeds else suite.get("extra_seeds", [])
+    print(f"{args.suite} study: {len(suite['runs']) * len(seeds)} runs into {os.path.relpath(results)}/"
+          + (f" ({len(gpus)} GPU(s), one run on each)" if gpus else f" ({args.jobs} at a time)")
+          + (f", and seeds {extra_seeds} where needed" if extra_seeds else "")
+          + "; finished ones are kept (use --results=FOLDER to train them all again)", flush=True)
     failed = 0
     for group in filter(None, groups):
         # seed by seed: a partial study covers every run
-        jobs = [(run, seed) for seed in suite["seeds"] for run in group]
-        failed += run_all(args.suite, results, jobs, max_iters, args.jobs)
-        if suite.get("extra_seeds") and not failed:  # more seeds where three cannot tell a run from the baseline
-            close = close_runs(load(results, suite["runs"], suite["seeds"]), [r for r in group if r != "baseline"])
-            print(f"not told from the baseline after {len(suite['seeds'])} seeds: {', '.join(close) or 'none'}")
-            extra = [(run, seed) for seed in suite["extra_seeds"] for run in (["baseline"] + close if close else [])]
-            failed += run_all(args.suite, results, extra, max_iters, args.jobs)
+        jobs = [(run, seed) for seed in seeds for run in group]
+        failed += run_all(args.suite, results, jobs, max_iters, args.jobs, overrides, gpus)
+        if extra_seeds and not failed:  # more seeds where three cannot tell a run from the baseline
+            close = close_runs(load(results, suite["runs"], seeds), [r for r in group if r != "baseline"])
+            print(f"not told from the baseline after {len(seeds)} seeds: {', '.join(close) or 'none'}")
+            extra = [(run, seed) for seed in extra_seeds for run in (["baseline"] + close if close else [])]
+            failed += run_all(args.suite, results, extra, max_iters, args.jobs, overrides, gpus)
     print(f"study done{f', {failed} run(s) FAILED' if failed else ''}; "
-          f"the table: python study.py --suite={args.suite} --summary")
+          f"the table: python study.py --suite={args.suite} --summary"
+          + "".join(f" {arg}" for arg in (argv if argv is not None else sys.argv[1:])
+                    if arg.startswith(("--results", "--max_iters", "--seeds"))))
     return 1 if failed else 0
 
 

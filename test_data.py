@@ -102,6 +102,15 @@ def test_prepare_command_of_a_wikitext2_dataset_builds_that_dataset(wikitext2_ho
     prepare_wikitext2(wikitext2_host, tmp_path, *command[2:])
     assert sorted(os.listdir(tmp_path / dataset)) == ["meta.json", "train.bin", "val.bin"]
 
+
+@pytest.mark.parametrize("dataset", ["wikitext103_1000-300", "wikitext103_1000-300_byte", "wikitext103_1000-300c"])
+def test_prepare_command_of_a_wikitext103_dataset_builds_that_dataset(wikitext103_host, tmp_path, dataset):
+    command = data.prepare_command(dataset).split()
+    assert command[:3] == ["python", "prepare_wikipedia.py", "--wikitext103"]
+    pw.main([*command[2:], "--wikitext103_url", wikitext103_host.url, "--min_chars", "0", "--out_dir", str(tmp_path)])
+    assert sorted(os.listdir(tmp_path / dataset)) == ["meta.json", "train.bin", "val.bin"]
+    assert data.prepare_command("wikitext103") == "python prepare_wikipedia.py --wikitext103"  # the write-up's size
+
 # -----------------------------------------------------------------------------
 # check_dataset: a missing or broken dataset is refused when train.py starts, naming the command that rebuilds it
 

@@ -349,10 +349,66 @@ def test_no_network_stops_at_once_with_one_line_error(tmp_path, monkeypatch):
     def no_dns(*args, **kwargs):
         raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
     monkeypatch.setattr(socket, "getaddrinfo", no_dns)  # what a machine without network answers
-    for args in (["--wikitext2"], ["--num_articles", "1"]):
+    for args, fix in ((["--wikitext2"], "--input PATH"), (["--num_articles", "1"], "--input PATH"),
+                      (["--wikitext103"], "from a machine with network into")):
         with pytest.raises(SystemExit) as e:
             pw.main([*args, "--out_dir", str(tmp_path)])  # the default, real URLs: never reached
-        assert_one_line_error(str(e.value.code), "host name does not resolve (no network?)", "--input PATH")
+        assert_one_line_error(str(e.value.code), "host name does not resolve (no network?)", fix)
+
+# -----------------------------------------------------------------------------
+# WikiText-103 from the hub's Parquet files
+
+
+def prepare_wikitext103(host, tmp_path, train_tokens, val_tokens, *extra):
+    pw.main(["--wikitext103", "--wikitext103_url", host.url, "--retry_delay", "0", "--min_chars", "0",
+             "--train_tokens", str(train_tokens), "--val_tokens", str(val_tokens), "--out_dir", str(tmp_path), *extra])
+    return tmp_path / f"wikitext103_{train_tokens}-{val_tokens}"
+
+
+def test_wikitext103_takes_whole_articles_until_each_split_holds_the_tokens_asked_for(wikitext103_host, tmp_path,
+                                                                                      capsys):
+    """Val, then train, each the fewest whole articles (in the seed's order) that reach its count, every one whole as
+    in the joined text (the shards' boundary cuts one); size and time are announced before the download."""
+    out = prepare_wikitext103(wikitext103_host, tmp_path, 2500, 600)
+    printed = capsys.readouterr().out
+    assert printed.index("MB to download") < printed.index("downloading") and "min at 10 MB/s" in printed
+    assert "tokenized" in printed and "val 6" in printed
+    meta = json.load(open(out / "meta.json"))
+    _, decode, _, eot = data.get_tokenizer("gpt2")
+    source = {a["text"] for a in data.split_wikitext("".join(wikitext103_host.lines), "x")}
+    splits = {split: read_split(out, split, decode, eot) for split in ("train", "val")}
+    assert set(splits["train"]) | set(splits["val"]) <= source and not set(splits["train"]) & set(splits["val"])
+    for split, asked in (("train", 2500), ("val", 600)):
+        last = len(data.get_tokenizer("gpt2")[0](splits[split][-1])) + 1
+        assert meta[f"{split}_tokens"] >= asked > meta[f"{split}_tokens"] - last  # one article fewer falls short
+    assert data.prepare_command(out.name).split()[2:5] == ["--wikitext103", "--train_tokens=2500", "--val_tokens=600"]
+
+
+def test_wikitext103_cut_download_resumes_and_the_checked_files_need_no_network_again(wikitext103_host, tmp_path):
+    first = list(pw.WIKITEXT103_FILES)[0]
+    wikitext103_host.cut = {first}
+    out = prepare_wikitext103(wikitext103_host, tmp_path, 1000, 300)
+    half = len(wikitext103_host.files[first]) // 2
+    assert wikitext103_host.ranges[:2] == [(first, None), (first, f"bytes={half}-")]
+    files = {f: (out / f).read_bytes() for f in ("train.bin", "val.bin", "meta.json")}
+    wikitext103_host.files.clear()  # the host has nothing now: the files already downloaded and checked are used
+    assert prepare_wikitext103(wikitext103_host, tmp_path, 1000, 300) == out
+    assert {f: (out / f).read_bytes() for f in files} == files and len(wikitext103_host.ranges) == 3
+
+
+def test_wikitext103_cannot_give_more_tokens_than_its_train_split_has(wikitext103_host, tmp_path):
+    with pytest.raises(SystemExit) as e:
+        prepare_wikitext103(wikitext103_host, tmp_path, 10 ** 7, 600)
+    assert_one_line_error(str(e.value.code), "fewer than the 10,000,600 asked for", "lower --train_tokens")
+
+
+@pytest.mark.parametrize("args, fragment", [(["--wikitext103", "--input", "x.txt"], "leave out --input"),
+                                            (["--train_tokens", "100"], "add --wikitext103"),
+                                            (["--wikitext103", "--val_tokens", "0"], "must be at least 1")])
+def test_wikitext103_options_out_of_place_are_one_line_errors(tmp_path, args, fragment):
+    with pytest.raises(SystemExit) as e:
+        pw.main([*args, "--out_dir", str(tmp_path)])
+    assert_one_line_error(str(e.value.code), fragment)
 
 
 # -----------------------------------------------------------------------------

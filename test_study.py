@@ -5,6 +5,9 @@
 import json
 import math
 import os
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -12,7 +15,7 @@ import pytest
 import data
 import study
 from configurator import read_config
-from conftest import ROOT
+from conftest import ASCII_WORDS, ENV, ROOT, assert_one_line_error, run, word_articles
 from model import ModelConfig, build_model
 
 
@@ -264,3 +267,85 @@ def test_bigram_probabilities_sum_to_one_for_every_context_including_unseen_ids(
         total = sum(math.exp(-study.bigram_loss(train, [v, w], 7)) for w in range(7))
         assert math.isclose(total, 1.0, rel_tol=1e-9), v
     assert study.bigram_loss(train, [0, 6], 7) > study.bigram_loss(train, [0, 1], 7)
+
+
+# -----------------------------------------------------------------------------
+# the paper suite
+
+
+def test_paper_suite_is_the_write_ups_table_at_its_configurations_on_cuda_bf16_compiled():
+    suite = study.SUITES["paper"]
+    assert sorted(suite["runs"]) == sorted(study.WRITE_UP_RUNS) and suite["runs"][:3] == [
+        "baseline", "encdec_none", "encdec_mse_pos_sub"]  # the primary comparisons first
+    assert suite["seeds"] == [0, 1, 2]
+    assert {"--device=cuda", "--dtype=bfloat16", "--compile=True"} <= set(suite["args"])
+    assert data.prepare_command(suite["dataset"]) == "python prepare_wikipedia.py --wikitext103"
+    params = {run: study.run_cost(study.run_settings("paper", run), 9000)[0] for run in suite["runs"]}
+    assert (params["baseline"], params["smaller_baseline"], params["encdec_mse_pos_sub"]) == (
+        16_036_800, 15_441_192, 15_763_500)  # the write-up's tables, with GPT-2's vocabulary
+
+
+def test_cost_counts_training_and_evaluation_flops_of_the_run():
+    settings = study.run_settings("paper", "baseline")
+    params, per_token, flops = study.run_cost(settings, 9000)
+    train_tokens = 9000 * 50 * 16 * 200
+    eval_tokens = 19 * 2 * 200 * 50 * 200  # steps 0, 500, ..., 9000; train and val
+    assert math.isclose(flops, per_token * (train_tokens + eval_tokens / 3))
+    assert 1.5e17 < flops < 1.6e17
+
+
+def test_jobs_on_gpus_each_see_only_their_own_and_never_share_one(tmp_path, monkeypatch):
+    running, seen = set(), []
+
+    def fake_train(suite, results, run, seed, max_iters, overrides, gpu):
+        assert gpu not in running  # a GPU runs one job at a time
+        running.add(gpu)
+        seen.append(gpu)
+        running.discard(gpu)
+        return "ok", {"train_loss": 1.0, "val_loss": 1.0}
+    monkeypatch.setattr(study, "train", fake_train)
+    jobs = [(run, seed) for seed in range(3) for run in ("baseline", "encdec_none")]
+    assert study.run_all("paper", str(tmp_path), jobs, 2, 1, ["--device=cuda"], ["4", "6"]) == 0
+    assert len(seen) == 6 and set(seen) <= {"4", "6"}
+
+
+def test_paper_dry_run_prints_the_plan_and_its_cost_without_a_gpu():
+    result = run("study.py", "--suite=paper", "--dry_run", cwd=ROOT, env={"CUDA_VISIBLE_DEVICES": ""})
+    assert "24 runs of 9,000 steps" in result.stdout and "| encdec_cosine | 15,763,500 |" in result.stdout
+    assert "A100 (312 TFLOP/s bf16 dense)" in result.stdout and "H100 (989 TFLOP/s bf16 dense)" in result.stdout
+    result = run("study.py", "--suite=paper", cwd=ROOT, env={"CUDA_VISIBLE_DEVICES": ""}, check=False)
+    assert_one_line_error(result, "no GPU is visible", "--dry_run", "--device=cpu")
+
+
+PROJECT = ["study.py", "train.py", "model.py", "data.py", "configurator.py", "reversal.py", "evaluate.py", "bench.py",
+           "prepare_wikipedia.py"]
+TINY_PAPER = ["--seeds=2", "--max_iters=2", "--results=smoke", "--device=cpu", "--dtype=float32", "--compile=False",
+              "--n_layer=1", "--n_embed=60", "--context_size=32", "--batch_size=2", "--gradient_accumulation_steps=1",
+              "--eval_interval=1", "--eval_iters=2", "--warmup_iters=1"]
+
+
+def test_paper_suite_smoke_run_on_the_cpu_every_configuration_then_its_summary(tmp_path):
+    """The paper suite's own code path at a tiny width: a copy of the project prepares its data from local text,
+    prints the plan at the throughput it measures, trains every configuration for 2 steps with 2 seeds, resumes
+    nothing it has finished, and summarises next to the write-up's figures."""
+    for name in PROJECT:
+        shutil.copy(os.path.join(ROOT, name), tmp_path / name)
+    shutil.copytree(os.path.join(ROOT, "config"), tmp_path / "config")
+    (tmp_path / "text.txt").write_text(word_articles(ASCII_WORDS, 20, 150))
+
+    def study_copy(*args):  # the copy's own study.py, so that its data/ and results are in tmp_path
+        result = subprocess.run([sys.executable, "study.py", "--suite=paper", *args, *TINY_PAPER], cwd=tmp_path,
+                                env={**ENV, "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr
+        return result.stdout
+    out = study_copy("--input=text.txt")
+    assert "16 runs into smoke/" in out and "measured tokens/s" in out and "FAILED" not in out
+    for run_ in study.SUITES["paper"]["runs"]:
+        assert f"| {run_} |" in out.split("total:")[0]
+        for seed in (0, 1):
+            assert data.read_log(str(tmp_path / "smoke" / f"{run_}_seed{seed}" / "log.jsonl"))[0][-1]["iter"] == 2
+    assert study_copy().count("done before") == 16
+    table = study_copy("--summary")
+    assert "| encdec_mse_pos_sub | 2 | 3.378 |" in table and "| baseline | 2 | 3.424 |" in table
+    assert ("| primary | the best encoder-decoder beats the baseline | encdec_mse_pos_sub - baseline | late_val | 2 |"
+            in table)
