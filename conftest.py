@@ -39,6 +39,26 @@ def run(script, *args, cwd, check=True, timeout=300, env=None):
     return result
 
 
+def interrupted_at(module, name, script, *args, cwd):
+    """Run ROOT/script with args in cwd, with Ctrl-C (KeyboardInterrupt) raised when it calls module.name: an
+    interrupt at a chosen point, with no race."""
+    code = (f"import runpy, sys, {module}\n"
+            f"def interrupt(*args, **kwargs):\n    raise KeyboardInterrupt\n"
+            f"{module}.{name} = interrupt\n"
+            f"sys.argv = [{script!r}, *{list(args)!r}]\n"
+            f"runpy.run_path({os.path.join(ROOT, script)!r}, run_name='__main__')")
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=300)
+
+
+def assert_interrupted(result, *fragments):
+    """Ctrl-C: a non-zero exit and one line, `interrupted...`, holding each fragment; no traceback."""
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("interrupted"), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
 def assert_one_line_error(error, *fragments):
     """How every script stops on bad input: one line `error: ...` holding each fragment, and no traceback.
     error: a finished process (then its exit status must be 1, and the line is its stderr), or the text itself

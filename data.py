@@ -125,10 +125,14 @@ def prepare_command(dataset):
     return f"python prepare_wikipedia.py --input PATH --name={dataset}"
 
 
-def prepare_hint(dataset, tokenizer):
-    """prepare_command in backquotes, with --tokenizer where the default name does not already say it."""
+def prepare_hint(dataset, tokenizer, compact=False):
+    """prepare_command in backquotes, with --tokenizer (and --compact_vocab) where the name does not already say it."""
     command = prepare_command(dataset)
-    return f"`{command}`" if "--tokenizer" in command or tokenizer == "gpt2" else f"`{command} --tokenizer={tokenizer}`"
+    if "--tokenizer" not in command and tokenizer != "gpt2":
+        command += f" --tokenizer={tokenizer}"
+    if compact and "--compact_vocab" not in command:
+        command += " --compact_vocab"
+    return f"`{command}`"
 
 
 def check_dataset(dataset, block, vocab_size):
@@ -320,7 +324,7 @@ def check_same_data(checkpoint, meta, dataset, training=False):
     changed = [key for key in keys if key in trained and trained.get(key) != meta.get(key)]
     if changed:
         what = "its text" if set(changed) <= {"train_token_sum", "val_token_sum"} else "its tokens"
-        hint = prepare_hint(dataset, trained.get("tokenizer", "gpt2"))
+        hint = prepare_hint(dataset, trained.get("tokenizer", "gpt2"), "compact_vocab" in trained)
         fail(f"data/{dataset} was prepared again since this model was trained on it ({what} differ: "
              f"{', '.join(changed)}); prepare it as it was for training: {hint}")
 

@@ -738,6 +738,9 @@ def main(argv=None):
     if device.startswith("cuda") and not gpus:
         fail(f"the {args.suite} suite trains on CUDA and no GPU is visible here; see its plan and cost with --dry_run, "
              f"or run it tiny on the CPU with --device=cpu --dtype=float32 --compile=False (docs/reproduce.md)")
+    make_folder(results, "--results")
+    hold_folder(results, "--results")  # one study at a time in a results folder
+    note_holder(results, " ".join(["study.py", *(argv if argv is not None else sys.argv[1:])]))
     if not os.path.exists(os.path.join(ROOT, "data", suite["dataset"], "train.bin")):
         source = ([f"--input={args.input}", f"--name={suite['dataset']}"] if args.input else
                   suite.get("download", ["--wikitext2=valid"]))
@@ -745,9 +748,6 @@ def main(argv=None):
             source += ["--val_input", args.val_input or os.path.join(os.path.dirname(args.input), "test.txt")]
         if subprocess.run([sys.executable, "prepare_wikipedia.py", *source, *suite["prepare"]], cwd=ROOT).returncode:
             fail(f"could not prepare data/{suite['dataset']}; see the message above")
-    make_folder(results, "--results")
-    hold_folder(results, "--results")  # one study at a time in a results folder
-    note_holder(results, " ".join(["study.py", *(argv if argv is not None else sys.argv[1:])]))
     core = suite["runs"][:suite.get("core", 0)]
     groups = [core, [run for run in suite["runs"] if run not in core]]  # the core first: its verdicts come first
     extra_seeds = [] if args.seeds else suite.get("extra_seeds", [])

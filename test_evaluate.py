@@ -6,6 +6,8 @@ evaluation (eval_iters=0). CPU only, no network. (The compacted GPT-2 vocabulary
 import json
 import math
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -15,7 +17,7 @@ from torch.nn import functional as F
 import data
 import evaluate
 import prepare_wikipedia as pw
-from conftest import WORDS, assert_one_line_error, run, tiny_model
+from conftest import ENV, ROOT, WORDS, assert_interrupted, assert_one_line_error, interrupted_at, run, tiny_model
 
 
 def evaluate_in(folder, *args):
@@ -190,3 +192,49 @@ def test_a_dataset_prepared_again_with_another_tokenizer_is_refused(trained, tmp
     with pytest.raises(SystemExit) as exit:
         evaluate_in(tmp_path, "--out_dir=run")
     assert_one_line_error(str(exit.value.code), "prepared again with another tokenizer")
+
+
+def test_a_dataset_prepared_again_from_other_text_is_refused_not_evaluated_with_the_wrong_ids(trained, tmp_path):
+    """Same tokenizer, same vocabulary size, other ids: a loss computed anyway would be wrong (it was, exit 0)."""
+    os.symlink(trained / "run", tmp_path / "run")
+    text = (trained / "text.txt").read_text(encoding="utf-8")
+    (tmp_path / "text.txt").write_text(text.replace("castle", "tower"), encoding="utf-8")
+    pw.main(["--input", str(tmp_path / "text.txt"), "--tokenizer", "gpt2", "--compact_vocab", "--min_chars", "0",
+             "--val_fraction", "0.25", "--out_dir", str(tmp_path / "data"), "--name", "small"])
+    with pytest.raises(SystemExit) as exit:
+        evaluate_in(tmp_path, "--out_dir=run")
+    assert_one_line_error(str(exit.value.code), "data/small was prepared again", "compact_vocab",
+                          "--compact_vocab")
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:x", "tpu"])
+def test_a_device_name_it_cannot_use_is_one_line_error(trained, device):
+    with pytest.raises(SystemExit) as exit:
+        evaluate_in(trained, "--out_dir=run", f"--device={device}")
+    assert_one_line_error(str(exit.value.code), f"--device={device}")
+
+
+def peak_memory(folder, text_file):
+    """Peak resident memory of evaluate.py on one text, in bytes, from a process of its own."""
+    code = ("import resource, runpy, sys; sys.argv = ['evaluate.py', '--out_dir=out_full', '--input=%s', "
+            "'--batch_size=64', '--device=cpu']; runpy.run_path(%r, run_name='__main__'); "
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, file=sys.stderr)"
+            % (text_file, os.path.join(ROOT, "evaluate.py")))
+    result = subprocess.run([sys.executable, "-c", code], cwd=folder, env=ENV, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return int(result.stderr.strip().splitlines()[-1])
+
+
+def test_evaluation_memory_does_not_grow_with_the_length_of_the_text(workdir):
+    """4x the text (byte tokens) costs under 100 bytes a token more: the batches' losses were kept (~800 a token)."""
+    text = (workdir / "text.txt").read_text(encoding="utf-8")
+    (workdir / "eval_short.txt").write_text(text * 16, encoding="utf-8")
+    (workdir / "eval_long.txt").write_text(text * 64, encoding="utf-8")
+    extra_tokens = 48 * len(text.encode())
+    growth = peak_memory(workdir, "eval_long.txt") - peak_memory(workdir, "eval_short.txt")
+    assert growth < 100 * extra_tokens, (growth, extra_tokens)
+
+
+def test_ctrl_c_is_one_line(workdir):
+    assert_interrupted(interrupted_at("torch", "load", "evaluate.py", "--out_dir=out_full", "--device=cpu",
+                                      cwd=workdir), "nothing was written")

@@ -16,7 +16,8 @@ import pytest
 
 import data
 import prepare_wikipedia as pw
-from conftest import assert_one_line_error, make_wikitext, prepare_wikitext2, run, wikitext
+from conftest import (assert_interrupted, assert_one_line_error, interrupted_at, make_wikitext,
+                      prepare_wikitext2, run, wikitext)
 
 # a fake Wikipedia: 8 real articles and a stub; the random generator repeats pages
 PAGES = {pid: (f"Article {pid}", f"Article {pid} is page number {pid} of the fake wiki. " * 3) for pid in range(1, 9)}
@@ -503,3 +504,54 @@ def test_nul_in_articles_never_becomes_an_end_of_text_inside_an_article(tmp_path
     assert "removed 8 NUL characters" in capsys.readouterr().out
     _, decode, _, eot_token = data.get_tokenizer("byte")
     assert sorted(read_split(tmp_path / "nul", "train", decode, eot_token)) == [f"Article {i}." for i in range(4)]
+
+
+@pytest.mark.parametrize("line, phrase", [
+    ('{"pageid": 1, "title": "T", "text": 42}\n', "line 1 is not a"),  # text that is not a string
+    ('[1, 2, 3]\n', "line 1 is not a"),  # a whole line that is JSON but no article: not dropped as if torn
+    ('{"pageid": 1, "title": "T", "text": "ok"}\n{"pageid": 2, "tit\n', "line 2 is not JSON"),
+])
+def test_a_jsonl_line_that_is_no_article_is_one_line_error_not_a_traceback_or_dropped(tmp_path, line, phrase):
+    (tmp_path / "a.jsonl").write_text(line)
+    with pytest.raises(SystemExit) as e:
+        pw.main(["--input", str(tmp_path / "a.jsonl"), "--tokenizer", "byte", "--min_chars", "0", "--out_dir",
+                 str(tmp_path)])
+    assert_one_line_error(str(e.value.code), str(tmp_path / "a.jsonl"), phrase)
+
+
+@pytest.mark.parametrize("name", ["../..", "..", "a/b"])
+def test_a_name_that_is_no_folder_of_data_is_one_line_error(tmp_path, name):
+    (tmp_path / "t.txt").write_text(" = T = \n Text .\n")
+    with pytest.raises(SystemExit) as e:
+        pw.main(["--input", str(tmp_path / "t.txt"), "--name", name, "--tokenizer", "byte", "--min_chars", "0",
+                 "--out_dir", str(tmp_path / "data")])
+    assert_one_line_error(str(e.value.code), "is not a folder name")
+    assert not (tmp_path / "data").exists()
+
+
+def test_input_is_named_after_its_file_and_preparing_over_a_dataset_says_what_it_replaces(tmp_path, capsys):
+    (tmp_path / "valid.txt").write_text(" = T = \n Text one .\n\n = U = \n Text two .\n")
+    args = ["--input", str(tmp_path / "valid.txt"), "--tokenizer", "byte", "--min_chars", "0", "--val_fraction",
+            "0.5", "--out_dir", str(tmp_path / "data")]
+    pw.main(args)
+    assert sorted(os.listdir(tmp_path / "data")) == ["valid"]
+    assert "replacing" not in capsys.readouterr().out
+    pw.main(args)
+    assert f"replacing {tmp_path / 'data' / 'valid'}: byte tokens" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("where, phrase", [("a_file", "lies under a file"), ("a_file/x", "lies under a file")])
+def test_an_out_dir_that_cannot_hold_the_dataset_is_one_line_error(tmp_path, where, phrase):
+    (tmp_path / "a_file").write_text("")
+    (tmp_path / "t.txt").write_text(" = T = \n Text .\n")
+    with pytest.raises(SystemExit) as e:
+        pw.main(["--input", str(tmp_path / "t.txt"), "--tokenizer", "byte", "--min_chars", "0",
+                 "--out_dir", str(tmp_path / where)])
+    assert_one_line_error(str(e.value.code), phrase)
+
+
+def test_ctrl_c_while_preparing_local_text_is_one_line(tmp_path):
+    (tmp_path / "t.txt").write_text(" = T = \n Text .\n")
+    result = interrupted_at("data", "split_wikitext", "prepare_wikipedia.py", "--input", "t.txt", "--tokenizer",
+                            "byte", cwd=tmp_path)
+    assert_interrupted(result, "run the same command again")

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from conftest import assert_one_line_error, copy_run, run
+from conftest import assert_interrupted, assert_one_line_error, copy_run, interrupted_at, run
 
 
 def test_sample_continues_the_prompt(workdir):
@@ -58,3 +58,14 @@ def test_sample_with_a_broken_or_mismatched_meta_is_one_line_error(workdir, tmp_
     copy_run(workdir, tmp_path)
     (tmp_path / "data" / "tiny" / "meta.json").write_text(meta)
     assert_one_line_error(run("sample.py", "--out_dir=out", "--device=cpu", cwd=tmp_path, check=False), *fragments)
+
+
+def test_ctrl_c_is_one_line(workdir):
+    assert_interrupted(interrupted_at("torch", "load", "sample.py", "--out_dir=out_full", cwd=workdir))
+
+
+def test_a_tiny_temperature_samples_the_greedy_tokens_instead_of_overflowing(workdir):
+    common = ["--out_dir=out_full", "--start=the river", "--num_samples=1", "--max_new_tokens=20", "--device=cpu"]
+    tiny = run("sample.py", *common, "--temperature=1e-30", cwd=workdir)
+    greedy = run("sample.py", *common, "--top_k=1", cwd=workdir)
+    assert tiny.stdout == greedy.stdout

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -15,7 +16,7 @@ import pytest
 import data
 import study
 from configurator import read_config
-from conftest import ASCII_WORDS, ENV, ROOT, assert_one_line_error, run, word_articles
+from conftest import ASCII_WORDS, ENV, ROOT, assert_interrupted, assert_one_line_error, run, word_articles
 from model import ModelConfig, build_model
 
 
@@ -349,3 +350,71 @@ def test_paper_suite_smoke_run_on_the_cpu_every_configuration_then_its_summary(t
     assert "| encdec_mse_pos_sub | 2 | 3.378 |" in table and "| baseline | 2 | 3.424 |" in table
     assert ("| primary | the best encoder-decoder beats the baseline | encdec_mse_pos_sub - baseline | late_val | 2 |"
             in table)
+
+
+def write_log(folder, iters, last_line=""):
+    os.makedirs(folder)
+    with open(os.path.join(folder, "log.jsonl"), "w") as f:
+        f.writelines(json.dumps({"iter": i, "train_loss": 5 - i / 1000, "val_loss": 6 - i / 2000}) + "\n" for i in iters)
+        f.write(last_line)
+
+
+def test_summary_drops_a_torn_last_line_and_names_a_corrupt_one(tmp_path, capsys):
+    for run in ("baseline", "encdec_none"):
+        for seed in (0, 1):
+            write_log(tmp_path / "ok" / f"{run}_seed{seed}", [0, 600, 1200], '{"iter": 1250, "train_lo')
+    assert study.main(["--suite=gpt2", f"--results={tmp_path / 'ok'}", "--summary"]) == 0
+    assert "| encdec_none | 2 |" in capsys.readouterr().out
+    write_log(tmp_path / "bad" / "baseline_seed0", [0, 600, 1200])
+    with open(tmp_path / "bad" / "baseline_seed0" / "log.jsonl", "r+") as f:
+        lines = f.readlines()
+        f.seek(0)
+        f.writelines([lines[0], "garbage\n", *lines[1:]])
+    with pytest.raises(SystemExit) as exit:
+        study.main(["--suite=gpt2", f"--results={tmp_path / 'bad'}", "--summary"])
+    assert_one_line_error(str(exit.value.code), "baseline_seed0", "log.jsonl line 2 is not a JSON record")
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--jobs=0"], "--jobs=0 is not allowed"), (["--max_iters=0"], "--max_iters=0 is not allowed"),
+    (["--max_iters=-5"], "--max_iters=-5 is not allowed"), (["--summary"], "no runs in"),
+    (["--suite=nope"], "invalid choice: 'nope'")])
+def test_bad_arguments_are_one_line_errors_before_anything_runs(tmp_path, args, fragment):
+    with pytest.raises(SystemExit) as exit:
+        study.main([f"--results={tmp_path / 'empty'}", *args])
+    assert_one_line_error(str(exit.value.code), fragment)
+
+
+def test_a_second_study_on_the_same_results_folder_is_refused_saying_who_holds_it(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, data; data.hold_folder(sys.argv[1], 'x'); "
+                               "data.note_holder(sys.argv[1], 'study.py --suite=gpt2'); print('held', flush=True); "
+                               "sys.stdin.read()", str(tmp_path)], cwd=ROOT, env=ENV, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    with pytest.raises(SystemExit) as exit:
+        study.main(["--suite=gpt2", f"--results={tmp_path}", "--input=nowhere.txt"])
+    assert_one_line_error(str(exit.value.code), f"is in use by pid {holder.pid} (study.py --suite=gpt2")
+    holder.communicate("")
+
+
+def test_ctrl_c_stops_the_study_keeps_what_ran_and_says_how_to_go_on(tmp_path):
+    fifo = tmp_path / "started"
+    os.mkfifo(fifo)
+    child = f"import signal; open({str(fifo)!r}, 'w').write('started\\n'); signal.pause()"
+    code = ("import subprocess, sys, study\n"
+            "real = subprocess.Popen\n"
+            f"study.subprocess.Popen = lambda cmd, **kw: real([sys.executable, '-c', {child!r}], **kw)\n"
+            f"study.run_all('gpt2', {str(tmp_path)!r}, [('baseline', seed) for seed in range(5)], 10, 2)\n")
+    process = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=ENV, stderr=subprocess.PIPE, text=True)
+    started = 0
+    while started < 2:  # train.py's stand-ins, two at a time, say they started: no waiting on a clock
+        with open(fifo) as f:
+            started += f.read().count("started")
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130 and "Traceback" not in stderr, stderr
+    assert_interrupted(subprocess.CompletedProcess([], 130, "", stderr), "2 cut short keep their last checkpoint",
+                       "baseline seed 0", "baseline seed 1", "`python study.py --suite=gpt2` goes on")
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    assert os.read(reader, 100) == b""  # no third run was started
+    os.close(reader)

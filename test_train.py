@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ENV, ROOT, TINY, assert_one_line_error, copy_run, fill, log, run, train
+from conftest import (ENV, ROOT, TINY, assert_interrupted, assert_one_line_error, copy_run, fill, interrupted_at, log,
+                      run, train)
 
 
 
@@ -296,3 +297,8 @@ def test_ctrl_c_says_where_the_last_checkpoint_is(workdir):
     assert "interrupted at iteration" in stderr and "out_interrupted/ckpt.pt (iteration 0)" in stderr
     assert "--out_dir=out_interrupted --init_from=resume" in stderr
     assert sorted(os.listdir(workdir / "out_interrupted")) == ["ckpt.pt", "log.jsonl"]
+
+
+def test_ctrl_c_in_the_first_seconds_is_one_line_too(workdir):
+    result = interrupted_at("data", "check_dataset", "train.py", *TINY, "--out_dir=out_early", cwd=workdir)
+    assert_interrupted(result, "no checkpoint was saved yet")

@@ -4,5 +4,5 @@
 # the one whose 1,200-step train-loss curve is nearest cpu_gpt2_encdec_none's (root mean square over evaluations).
 from config.cpu_gpt2_baseline import *
 out_dir = "out/cpu_gpt2_baseline_slow"
-learning_rate = 1.7e-3
-min_lr = 1.7e-4
+learning_rate = 1.55e-3
+min_lr = 1.55e-4
