@@ -150,7 +150,8 @@ def small_disk(tmp_path):
         folder = tmp_path / name
         folder.mkdir()
         options = f"size={kilobytes}k" + ",ro" * read_only
-        if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True).returncode:
+        mount = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True)
+        if mount.returncode:
             pytest.skip("cannot mount a small tmpfs here (it needs root), so a real full disk is not tried")
         mounts.append(folder)
         return folder

@@ -355,7 +355,8 @@ def test_paper_suite_smoke_run_on_the_cpu_every_configuration_then_its_summary(t
 def write_log(folder, iters, last_line=""):
     os.makedirs(folder)
     with open(os.path.join(folder, "log.jsonl"), "w") as f:
-        f.writelines(json.dumps({"iter": i, "train_loss": 5 - i / 1000, "val_loss": 6 - i / 2000}) + "\n" for i in iters)
+        f.writelines(json.dumps({"iter": i, "train_loss": 5 - i / 1000, "val_loss": 6 - i / 2000}) + "\n"
+                     for i in iters)
         f.write(last_line)
 
 
