@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from configurator import read_config
+from configurator import pick_device, read_config
 from model import ModelConfig, build_model, logits_needed
 
 CONFIGS = {  # name -> config files; the model flags are read from them, as train.py does
@@ -36,8 +36,9 @@ def model_config(path):
 
 
 def sync(device):
-    if str(device).startswith("cuda"):
-        torch.cuda.synchronize()
+    """Wait for the device's queued work, so that a timer measures it (a GPU runs asynchronously)."""
+    if str(device).startswith(("cuda", "mps")):
+        getattr(torch, str(device).split(":")[0]).synchronize()
 
 
 def matmul_peak(device, dtype, n, repeats, warmup=2, pick=statistics.median):
@@ -75,8 +76,8 @@ class Trainer:
         self.forward = torch.compile(self.model) if compile else self.model
         self.x, self.y = (torch.randint(0, config.vocab_size, (batch_size, config.context_size), device=device)
                           for _ in range(2))
-        autocast = device == "cuda" and dtype != torch.float32
-        self.ctx = torch.autocast(device, dtype=dtype) if autocast else contextlib.nullcontext()
+        autocast = dtype != torch.float32
+        self.ctx = torch.autocast(device.split(":")[0], dtype=dtype) if autocast else contextlib.nullcontext()
         self.device = device
         self.return_logits = logits_needed(config, device)  # as train.py: the fused loss where it pays
 
@@ -242,8 +243,8 @@ def table_line(r, sample_lengths):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtype", default=None, help="float32 (CPU default) or bfloat16 (CUDA default)")
+    parser.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
+    parser.add_argument("--dtype", default="auto", help="auto (as train.py), float32, bfloat16 or float16")
     parser.add_argument("--compile", action="store_true", help="torch.compile the training step")
     parser.add_argument("--quick", action="store_true", help="fewer repeats, no 1000-token sampling")
     parser.add_argument("--configs", default="paper,cpu", help="comma-separated: paper, cpu")
@@ -259,7 +260,7 @@ def main():
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: PyTorch's)")
     parser.add_argument("--memory_of", default=None, help=argparse.SUPPRESS)  # internal: one step in a fresh process
     args = parser.parse_args()
-    args.dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
+    args.device, args.dtype = pick_device(args.device, args.dtype)
     if args.memory_of:
         return memory_of(args)
     for name in ("decode_prompt", "decode_tokens", "decode_repeats"):
