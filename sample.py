@@ -33,6 +33,7 @@ parser.add_argument("--top_k", type=int, default=None,
                     help="sample only from the k most likely tokens (default 200; reversal: 1, greedy)")
 parser.add_argument("--seed", type=int, default=1337)
 parser.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
+parser.add_argument("--compile", action="store_true", help="torch.compile the one-token decoding step")
 parser.error = lambda message: fail(f"{message} (see python sample.py --help)")  # one line, not argparse's usage block
 args = parser.parse_args()
 for name, allowed, fix in (("temperature", 0 < args.temperature < math.inf, "use a number above 0, e.g. 0.8"),
@@ -89,7 +90,8 @@ if dataset == "reversal":
     for digits in prompts:  # one right answer: greedy by default
         x = torch.tensor([reversal.START, *digits, reversal.SEP], dtype=torch.long, device=args.device)[None, :]
         with torch.no_grad(), autocast:
-            y = model.generate(x, len(digits), temperature=args.temperature, top_k=args.top_k or 1)
+            y = model.generate(x, len(digits), temperature=args.temperature, top_k=args.top_k or 1,
+                               compile=args.compile)
         print(" ".join(map(str, digits)) + " -> " + " ".join(str(int(i)) for i in y[0, x.shape[1]:]))
 else:
     meta = read_meta(dataset)
@@ -107,7 +109,8 @@ else:
     # generate; prompts longer than the context keep their last context_size tokens
     x = torch.tensor(prompt, dtype=torch.long, device=args.device)[None, :].repeat(args.num_samples, 1)
     with torch.no_grad(), autocast:
-        y = model.generate(x, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k or 200)
+        y = model.generate(x, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k or 200,
+                           compile=args.compile)
     for sample in y.tolist():
         print(decode(sample[skip:]))
         print("-" * 40)
