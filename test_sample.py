@@ -59,3 +59,9 @@ def test_sample_with_a_broken_or_mismatched_meta_is_one_line_error(workdir, tmp_
     copy_run(workdir, tmp_path)
     (tmp_path / "data" / "tiny" / "meta.json").write_text(meta)
     assert_one_line_error(run("sample.py", "--out_dir=out", "--device=cpu", cwd=tmp_path, check=False), *fragments)
+
+
+def test_sample_with_a_compiled_decoding_step_prints_the_eager_greedy_text(workdir):
+    args = ["--out_dir=out_full", "--start=the castle", "--num_samples=1", "--max_new_tokens=12", "--top_k=1",
+            "--device=cpu"]
+    assert run("sample.py", *args, "--compile", cwd=workdir).stdout == run("sample.py", *args, cwd=workdir).stdout

@@ -152,6 +152,16 @@ def test_float16_steps_the_scaler_skips_are_logged_not_taken_for_divergence(work
     assert not math.isfinite(records[-1]["grad_norm"]) and records[-1]["train_loss"] == records[0]["train_loss"]
     assert "(float16 grad scale 68719476736)" in result.stdout  # the scale of each step is in its line
 
+
+@pytest.mark.parametrize("variant", ["baseline", "encdec", "parallel"])
+def test_compiled_training_logs_the_losses_of_eager_training(workdir, variant):
+    for mode in ("eager", "compiled"):
+        train(workdir, f"out_{variant}_{mode}", f"--variant={variant}", "--max_iters=2", "--eval_iters=1",
+              f"--compile={mode == 'compiled'}", timeout=600)
+    compiled, eager = losses(log(workdir, f"out_{variant}_compiled")), losses(log(workdir, f"out_{variant}_eager"))
+    # the compiler fuses and reorders float32 arithmetic: the same losses to 1e-4, not to the bit
+    np.testing.assert_allclose(np.array(compiled, dtype=float), np.array(eager, dtype=float), rtol=1e-4)
+
 # -----------------------------------------------------------------------------
 # a new run in an existing folder
 
