@@ -95,6 +95,8 @@ def pick_device(device, dtype="float32"):
             "bfloat16" if torch.cuda.get_device_capability(device)[0] >= 8 else "float16")
     if device == "mps" and dtype != "float32":
         fail(f"dtype={dtype!r} on mps is not supported here; use --dtype=float32 or --dtype=auto")
+    if device == "cpu" and dtype != "float32":
+        print(f"note: {dtype} autocast on the CPU is slow; it is here to test the code path a GPU takes", flush=True)
     return device, dtype
 
 

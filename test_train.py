@@ -135,7 +135,7 @@ def test_float16_run_resumed_with_its_scaler_logs_exactly_the_losses_of_an_unint
     scaler = torch.load(workdir / "out_fp16_resumed" / "ckpt.pt")["scaler"]
     assert scaler["scale"] == 65536.0 and scaler["_growth_tracker"] == 4  # 4 good steps: the scaler's own count
     result = train(workdir, "out_fp16_resumed", "--dtype=float16", "--init_from=resume", "--max_iters=6")
-    assert "float16 autocast on the CPU runs slowly" in result.stdout
+    assert "float16 autocast on the CPU is slow" in result.stdout
     assert losses(log(workdir, "out_fp16_resumed")) == losses(log(workdir, "out_fp16_full"))
 
 
@@ -161,6 +161,28 @@ def test_compiled_training_logs_the_losses_of_eager_training(workdir, variant):
     compiled, eager = losses(log(workdir, f"out_{variant}_compiled")), losses(log(workdir, f"out_{variant}_eager"))
     # the compiler fuses and reorders float32 arithmetic: the same losses to 1e-4, not to the bit
     np.testing.assert_allclose(np.array(compiled, dtype=float), np.array(eager, dtype=float), rtol=1e-4)
+
+# -----------------------------------------------------------------------------
+# Weights & Biases, optional
+
+
+def test_wandb_log_records_each_evaluation_offline(workdir, tmp_path):
+    pytest.importorskip("wandb")
+    train(workdir, "out_wandb", "--max_iters=2", "--wandb_log=True", "--wandb_run_name=tiny-run",
+          env={"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true"})
+    [history] = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "run-*.wandb"))
+    data = open(history, "rb").read()  # wandb's own record format: the names and values it would upload
+    assert b"tiny-run" in data and b"val_loss" in data and b"train_loss" in data
+
+
+def test_wandb_log_without_the_package_is_one_line_error(workdir, tmp_path):
+    hidden = tmp_path / "hide" / "wandb"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError('hidden for this test')\n")
+    result = train(workdir, "out_no_wandb", "--max_iters=2", "--wandb_log=True", check=False,
+                   env={"PYTHONPATH": f"{hidden.parent}{os.pathsep}{ROOT}"})
+    assert_one_line_error(result, "wandb_log=True", "pip install wandb")
+    assert not os.path.exists(workdir / "out_no_wandb" / "ckpt.pt")
 
 # -----------------------------------------------------------------------------
 # a new run in an existing folder

@@ -37,7 +37,6 @@ from evaluate import embedding_norms, split_losses, window_starts as token_windo
 from model import ModelConfig, build_model, logits_needed
 
 
-
 def on_interrupt(kind, value, tb):
     """Ctrl-C: one line saying where the last checkpoint is, instead of a traceback."""
     if not issubclass(kind, KeyboardInterrupt):
@@ -76,6 +75,9 @@ seed = 1337  # random seed of the initial weights, batches and dropout
 device = "auto"  # auto (cuda, then mps, then cpu) | cpu | cuda | cuda:N | mps
 dtype = "auto"  # auto (CUDA: bfloat16 where the GPU has it, else float16; else float32) | float32 | bfloat16 | float16
 compile = False  # torch.compile the model
+wandb_log = False  # also log each evaluation to Weights & Biases (pip install wandb; WANDB_MODE=offline: no account)
+wandb_project = "autoregressive-encoder-decoder"  # its Weights & Biases project
+wandb_run_name = ""  # its run name; "" means out_dir
 # every ModelConfig field is a global of the same name; None keeps the variant's default (see model.py)
 globals().update(dict.fromkeys(ModelConfig.flags()))
 # -----------------------------------------------------------------------------
@@ -135,8 +137,6 @@ for key, (allowed, fix) in checks.items():
     if not allowed:
         fail(f"{key}={globals()[key]!r} is not allowed; {fix}")
 device, dtype = pick_device(device, dtype)
-if device == "cpu" and dtype != "float32" and master:
-    print(f"note: {dtype} autocast on the CPU runs slowly; it is here to test the code path a GPU takes", flush=True)
 if init_from == "scratch" and not overwrite:
     if os.path.exists(ckpt_path):
         fail(f"{ckpt_path} already holds a trained model; continue it with --init_from=resume, train in another "
@@ -145,6 +145,12 @@ if init_from == "scratch" and not overwrite:
         fail(f"{log_path} holds the log of an earlier run; train in another --out_dir, or replace it with "
              f"--overwrite=True")
 train_config = {k: globals()[k] for k in defaults}  # saved in checkpoints
+if wandb_log and master:  # imported only when asked
+    try:
+        import wandb
+    except ImportError:
+        fail("wandb_log=True needs Weights & Biases, which is not installed: pip install wandb, or drop --wandb_log")
+    wandb.init(project=wandb_project, name=wandb_run_name or out_dir, config=train_config)
 # -----------------------------------------------------------------------------
 # processes and devices
 ddp = "RANK" in os.environ  # started by torchrun
@@ -426,6 +432,8 @@ while True:
             print(f"eval {iter_num}: train loss {record['train_loss']:.4f}, val loss {record['val_loss']:.4f}"
                   + (f", val accuracy {record['val_accuracy']:.1%}" if "val_accuracy" in record else ""), flush=True)
             append_log(record)
+            if wandb_log:
+                wandb.log({k: v for k, v in record.items() if v is not None}, step=iter_num)
             if always_save_checkpoint or record["val_loss"] < best_val_loss:
                 best_val_loss = min(best_val_loss, record["val_loss"])
                 save_checkpoint()
