@@ -98,7 +98,7 @@ def test_help_lists_every_setting_with_its_default_and_meaning(tmp_path):
     training = ["out_dir", "dataset", "batch_size", "gradient_accumulation_steps", "max_iters", "learning_rate",
                 "decay_lr", "min_lr", "warmup_iters", "lr_decay_iters", "weight_decay", "beta1", "beta2", "grad_clip",
                 "eval_interval", "eval_iters", "log_interval", "init_from", "overwrite", "always_save_checkpoint",
-                "seed", "device", "dtype", "compile"]
+                "seed", "device", "dtype", "compile", "wandb_log", "wandb_project", "wandb_run_name"]
     assert set(lines) == {f"--{key}" for key in training + ModelConfig.flags()}
     assert "--batch_size=50 " in lines["--batch_size"] and "sequences per micro-batch" in lines["--batch_size"]
     assert "--n_layer=13 " in lines["--n_layer"] and "--embedding_loss=None " in lines["--embedding_loss"]

@@ -76,7 +76,7 @@ device = "auto"  # auto (cuda, then mps, then cpu) | cpu | cuda | cuda:N | mps
 dtype = "auto"  # auto (CUDA: bfloat16 where the GPU has it, else float16; else float32) | float32 | bfloat16 | float16
 compile = False  # torch.compile the model
 wandb_log = False  # also log each evaluation to Weights & Biases (pip install wandb; WANDB_MODE=offline: no account)
-wandb_project = "autoregressive-encoder-decoder"  # its Weights & Biases project
+wandb_project = "ar-encoder-decoder"  # its Weights & Biases project
 wandb_run_name = ""  # its run name; "" means out_dir
 # every ModelConfig field is a global of the same name; None keeps the variant's default (see model.py)
 globals().update(dict.fromkeys(ModelConfig.flags()))
