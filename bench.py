@@ -7,6 +7,7 @@ medians over repeats, warm-up excluded.
     python bench.py --quick          # fewer repeats, no 1000-token sampling
     python bench.py --device=cuda --dtype=bfloat16 --compile
     python bench.py --decode_only    # greedy decoding at batch 1 and 8 against Hugging Face's GPT-2 of the same shape
+    python bench.py --decode_only --compile   # ... and our decoding step compiled: its compile time and pay-off
 
 The Hugging Face row needs `pip install transformers` (used by this benchmark only; skipped without it).
 """
@@ -21,7 +22,7 @@ import time
 
 import torch
 
-from configurator import read_config
+from configurator import pick_device, read_config
 from model import ModelConfig, build_model, logits_needed
 
 CONFIGS = {  # name -> config files; the model flags are read from them, as train.py does
@@ -36,8 +37,9 @@ def model_config(path):
 
 
 def sync(device):
-    if str(device).startswith("cuda"):
-        torch.cuda.synchronize()
+    """Wait for the device's queued work, so that a timer measures it (a GPU runs asynchronously)."""
+    if str(device).startswith(("cuda", "mps")):
+        getattr(torch, str(device).split(":")[0]).synchronize()
 
 
 def matmul_peak(device, dtype, n, repeats, warmup=2, pick=statistics.median):
@@ -75,8 +77,8 @@ class Trainer:
         self.forward = torch.compile(self.model) if compile else self.model
         self.x, self.y = (torch.randint(0, config.vocab_size, (batch_size, config.context_size), device=device)
                           for _ in range(2))
-        autocast = device == "cuda" and dtype != torch.float32
-        self.ctx = torch.autocast(device, dtype=dtype) if autocast else contextlib.nullcontext()
+        autocast = dtype != torch.float32
+        self.ctx = torch.autocast(device.split(":")[0], dtype=dtype) if autocast else contextlib.nullcontext()
         self.device = device
         self.return_logits = logits_needed(config, device)  # as train.py: the fused loss where it pays
 
@@ -178,6 +180,9 @@ def decode_race(args):
         torch.manual_seed(0)
         model = build_model(model_config(path)).eval()
         models[f"ours {model.config.variant}"] = (model, lambda p, m=model: m.generate(p, new_tokens, top_k=1))
+        if args.compile:  # the same model, its one-token step compiled (fullgraph): the same tokens, faster?
+            models[f"ours {model.config.variant} compiled"] = (
+                model, lambda p, m=model: m.generate(p, new_tokens, top_k=1, compile=True))
     base = models["ours baseline"][0]
     try:
         hf = hf_gpt2(base)
@@ -191,15 +196,17 @@ def decode_race(args):
           f"{new_tokens} new, median of {args.decode_repeats} interleaved runs; "
           f"memory bandwidth {bandwidth / 1e9:.1f} GB/s "
           f"(best sum of a weights-sized tensor); bound = bandwidth / weight bytes per decoding step")
-    print(f"{'model':20} {'batch':>5} {'MB':>6} {'tok/s':>8} {'vs HF':>6} {'of bound':>8}  tokens")
+    print(f"{'model':24} {'batch':>5} {'MB':>6} {'tok/s':>8} {'vs HF':>6} {'of bound':>8}  tokens")
     rows = []
     for batch in (1, 8):
         prompt = torch.randint(0, base.config.vocab_size, (batch, args.decode_prompt),
                                generator=torch.Generator().manual_seed(batch))
-        times, outs = {k: [] for k in models}, {}
+        times, outs, warmup = {k: [] for k in models}, {}, {}
         with torch.inference_mode():
-            for k, (_, run) in models.items():  # warm-up
+            for k, (_, run) in models.items():  # warm-up: a compiled row compiles here (again for a new batch size)
+                t0 = time.perf_counter()
                 run(prompt[:, :4])
+                warmup[k] = time.perf_counter() - t0
             for _ in range(args.decode_repeats):
                 for k, (_, run) in models.items():
                     t0 = time.perf_counter()
@@ -209,18 +216,27 @@ def decode_race(args):
         hf_speed = batch * new_tokens / statistics.median(hf_times) if hf_times else None
         for k in models:
             speed = batch * new_tokens / statistics.median(times[k])
-            agree = None
+            agree, note = None, ""
             if hf_speed and k in ("ours baseline", "HF GPT2LMHeadModel"):
                 agree = torch.equal(outs["ours baseline"], outs["HF GPT2LMHeadModel"])
+                note = "same as HF" if agree else "DIFFER from HF"
             row = dict(model=k, batch=batch, weight_bytes=weight_bytes[k], tokens_per_s=speed,
                        vs_hf=speed / hf_speed if hf_speed else None,
                        of_bound=weight_bytes[k] * speed / batch / bandwidth,
                        tokens_agree_with_hf=agree)
+            if k.endswith(" compiled"):  # compiling costs the extra seconds of its warm-up; it pays off after
+                eager = k.removesuffix(" compiled")  # compile_s / (seconds per token eager - compiled) tokens
+                eager_speed = batch * new_tokens / statistics.median(times[eager])
+                compile_s, gain = warmup[k] - warmup[eager], 1 / eager_speed - 1 / speed
+                row.update(same_tokens_as_eager=torch.equal(outs[k], outs[eager]), vs_eager=speed / eager_speed,
+                           compile_s=compile_s, pays_off_after=compile_s / gain if gain > 0 else None)
+                note = (f"{'same as' if row['same_tokens_as_eager'] else 'DIFFER from'} eager, "
+                        f"{row['vs_eager']:.2f}x its tok/s, compiled in {compile_s:.1f}s: "
+                        + (f"pays off after {compile_s / gain:,.0f} tokens" if gain > 0 else "never pays off"))
             rows.append(row)
             vs_hf = f"{row['vs_hf']:.2f}x" if hf_speed else "-"
-            print(f"{k:20} {batch:>5} {row['weight_bytes'] / 1e6:>6.1f} {speed:>8.1f} {vs_hf:>6} "
-                  f"{row['of_bound']:>8.1%}  "
-                  f"{'' if agree is None else 'same as HF' if agree else 'DIFFER from HF'}", flush=True)
+            print(f"{k:24} {batch:>5} {row['weight_bytes'] / 1e6:>6.1f} {speed:>8.1f} {vs_hf:>6} "
+                  f"{row['of_bound']:>8.1%}  {note}", flush=True)
     return dict(memory_bandwidth=bandwidth, rows=rows)
 
 
@@ -242,9 +258,10 @@ def table_line(r, sample_lengths):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtype", default=None, help="float32 (CPU default) or bfloat16 (CUDA default)")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the training step")
+    parser.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
+    parser.add_argument("--dtype", default="auto", help="auto (as train.py), float32, bfloat16 or float16")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the training step, and race compiled decoding too")
     parser.add_argument("--quick", action="store_true", help="fewer repeats, no 1000-token sampling")
     parser.add_argument("--configs", default="paper,cpu", help="comma-separated: paper, cpu")
     parser.add_argument("--repeats", type=int, default=None,
@@ -259,7 +276,7 @@ def main():
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: PyTorch's)")
     parser.add_argument("--memory_of", default=None, help=argparse.SUPPRESS)  # internal: one step in a fresh process
     args = parser.parse_args()
-    args.dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
+    args.device, args.dtype = pick_device(args.device, args.dtype)
     if args.memory_of:
         return memory_of(args)
     for name in ("decode_prompt", "decode_tokens", "decode_repeats"):

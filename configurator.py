@@ -6,6 +6,7 @@ for a mistyped key, and `fail`, the one way a script stops on bad input: one lin
     defaults = {...: the script's settings}
     user_set = configure(globals(), defaults, sys.argv[1:], ModelConfig)
     read_config("config/cpu_baseline.py")   # {name: value}, for any script that reads a config file
+    device, dtype = pick_device("auto", "auto")  # ("cuda", "bfloat16") on an A100, ("cpu", "float32") on a laptop
 """
 import ast
 import dataclasses
@@ -69,6 +70,34 @@ def read_config(path):
         where = f"{frames[-1].filename} line {frames[-1].lineno}" if frames else path
         fail(f"config file {where} raised {type(e).__name__}: {e}; fix the Python there")
     return {k: v for k, v in namespace.items() if not k.startswith("_") and not isinstance(v, type(sys))}
+
+
+def pick_device(device, dtype="float32"):
+    """The device and precision every script runs in, checked in this one place. device: auto (cuda, then mps, then
+    cpu), cpu, cuda, cuda:N or mps; dtype: auto (bfloat16 on a GPU that has it, float16 on an older one, float32
+    elsewhere), float32, bfloat16 or float16. Returns (device, dtype); one line `error: ...` where impossible."""
+    import torch  # here, not at the top: the scripts that only read configs do not need it
+    has_mps = torch.backends.mps.is_available()
+    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device):
+        fail(f"device={device!r} is not allowed; use --device=cpu, cuda, cuda:N, mps or auto")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "mps" if has_mps else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        fail(f"device={device!r} but CUDA is not available here; use --device=auto or --device=cpu")
+    if device.startswith("cuda") and int(device[5:] or 0) >= torch.cuda.device_count():
+        fail(f"device={device!r} but there are only {torch.cuda.device_count()} CUDA devices; use --device=cuda:0")
+    if device == "mps" and not has_mps:
+        fail("device='mps' but MPS (the GPU of Apple silicon) is not available here; use --device=auto or --device=cpu")
+    if dtype not in ("auto", "float32", "bfloat16", "float16"):
+        fail(f"dtype={dtype!r} is not allowed; use --dtype=auto, float32, bfloat16 or float16")
+    if dtype == "auto":  # not torch.cuda.is_bf16_supported(): it counts the slow emulated bf16 of a T4 or V100
+        dtype = "float32" if not device.startswith("cuda") else (
+            "bfloat16" if torch.cuda.get_device_capability(device)[0] >= 8 else "float16")
+    if device == "mps" and dtype != "float32":
+        fail(f"dtype={dtype!r} on mps is not supported here; use --dtype=float32 or --dtype=auto")
+    if device == "cpu" and dtype != "float32":
+        print(f"note: {dtype} autocast on the CPU is slow; it is here to test the code path a GPU takes", flush=True)
+    return device, dtype
 
 
 def suggestion(key, known):

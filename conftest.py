@@ -117,9 +117,9 @@ TINY = ["--dataset=tiny", "--variant=encdec", "--n_layer=1", "--n_embed=32", "--
         "--warmup_iters=2", "--lr_decay_iters=8", "--learning_rate=3e-3", "--device=cpu"]
 
 
-def train(cwd, out_dir, *args, check=True):
-    """train.py on data/tiny with the TINY settings, into out_dir; later args win."""
-    return run("train.py", *TINY, f"--out_dir={out_dir}", *args, cwd=cwd, check=check)
+def train(cwd, out_dir, *args, check=True, timeout=300, env=None):
+    """train.py on data/tiny with the TINY settings, into out_dir; later args win. env: variables added to ENV."""
+    return run("train.py", *TINY, f"--out_dir={out_dir}", *args, cwd=cwd, check=check, timeout=timeout, env=env)
 
 
 def log(cwd, out_dir):

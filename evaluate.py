@@ -17,7 +17,6 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 import time
 
@@ -25,7 +24,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from configurator import fail, on_ctrl_c
+from configurator import fail, on_ctrl_c, pick_device
 from data import check_same_data, get_tokenizer, gpt2_encoding, load_checkpoint, read_meta, split_wikitext
 
 
@@ -121,15 +120,12 @@ def main(argv=None):
                         help="a text file to evaluate instead, tokenized as prepare_wikipedia.py would")
     parser.add_argument("--batch_size", type=int, default=16,
                         help="windows per forward pass (the result does not depend on it)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
     parser.error = lambda message: fail(f"{message} (see python evaluate.py --help)")
     args = parser.parse_args(argv)
     if args.batch_size < 1:
         fail(f"--batch_size={args.batch_size}: use a positive number")
-    if not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
-        fail(f"--device={args.device} is not allowed; use --device=cpu, cuda or cuda:N")
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        fail(f"--device={args.device} but CUDA is not available here; use --device=cpu")
+    args.device = pick_device(args.device)[0]  # in float32: the figure of record
 
     checkpoint, model = load_checkpoint(args.out_dir, args.device)
     dataset = checkpoint["train_config"]["dataset"]

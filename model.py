@@ -73,18 +73,15 @@ class LayerNorm(nn.Module):
         return F.layer_norm(x, (self.ndim,), self.weight, self.bias, 1e-5)
 
 
-def causal_attention(q, k, v, dropout_p):
-    """q holds the last T of the L key positions (L > T when a KV cache holds the past)."""
-    T, L, hs = q.size(-2), k.size(-2), q.size(-1)
-    scale = 1 / math.sqrt(hs)
+def causal_attention(q, k, v, dropout_p, mask=None):
+    """Plain causal attention over the same T positions; a KV cache passes the (T, L) mask of the keys it may see."""
+    hs = q.size(-1)
     # The fused attention kernels are up to 1.6x slower for head sizes that are not a multiple of 8 (the write-up's
     # cross-attention has 15). Zero columns change no dot product and give zero output columns. (A KV cache holds
     # its keys / values padded already.)
     q, k, v = (F.pad(t, (0, -t.size(-1) % 8)) if t.size(-1) % 8 else t for t in (q, k, v))
-    mask = None  # one new token (T == 1) sees every key; T == L is the plain causal case
-    if 1 < T < L:  # query i sits at position L - T + i and may see keys 0 .. L - T + i
-        mask = torch.ones(T, L, dtype=torch.bool, device=q.device).tril(L - T)
-    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=1 < T == L, scale=scale)
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=mask is None,
+                                       scale=1 / math.sqrt(hs))
     return y[..., :hs]
 
 
@@ -102,8 +99,7 @@ class Attention(nn.Module):
             self.qkv_proj = nn.Linear(C, 3 * C, bias=config.bias)  # fused q, k, v
         self.out_proj = nn.Linear(C, C, bias=config.bias)
         self.out_proj.residual = True  # gets the 1/sqrt(2 x layers) init
-        self.dropout = config.dropout
-        self.resid_dropout = nn.Dropout(config.dropout)
+        self.dropout, self.resid_dropout = config.dropout, nn.Dropout(config.dropout)
 
     def forward(self, x, context=None, cache=None):
         B, T, C = x.size()
@@ -112,12 +108,12 @@ class Attention(nn.Module):
         q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
         kv = kv.view(B, T, 2, nh, hs).permute(2, 0, 3, 1, 4)  # (2, B, nh, T, hs): keys, values
         if cache is not None:  # this module's keys / values of every position so far, in one buffer per module
-            t0 = cache.get("length", 0)
-            if self not in cache:  # allocated once for the whole context, head size already padded to a multiple of 8
-                cache[self] = kv.new_zeros(2, B, nh, self.context_size, hs + -hs % 8)
-            cache[self][..., t0:t0 + T, :hs] = kv  # written in place at the current positions
-            kv = cache[self][..., :t0 + T, :]
-        y = causal_attention(q, kv[0], kv[1], self.dropout if self.training else 0.0)
+            buffers = cache["kv"]  # keyed by the module's number: fixed shapes and plain keys, so decoding compiles
+            if self.number not in buffers:  # allocated once for the whole context, head size padded to a multiple of 8
+                buffers[self.number] = kv.new_zeros(2, B, nh, self.context_size, hs + -hs % 8)
+            buffers[self.number][..., cache["positions"], :hs] = kv  # written in place at the current positions
+            kv = buffers[self.number]
+        y = causal_attention(q, kv[0], kv[1], self.dropout if self.training else 0.0, cache and cache["mask"])
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side again
         return self.resid_dropout(self.out_proj(y))
 
@@ -202,6 +198,8 @@ class Transformer(nn.Module):
                 self.ln_encoder_out = LayerNorm(c.n_embed, bias=True, affine=c.embedding_ln_affine)
         self.lm_head = nn.Linear(c.n_embed, c.vocab_size, bias=False)
         self.wte.weight = self.lm_head.weight  # weight tying
+        for number, attention in enumerate(m for m in self.modules() if isinstance(m, Attention)):
+            attention.number = number  # its buffer in a KV cache
 
         # GPT-2 init; residual projections scaled by 1/sqrt(2 x layers)
         for module in self.modules():
@@ -215,17 +213,17 @@ class Transformer(nn.Module):
         """Parameters without the positional embedding (as the write-ups count); the tied output layer counts once."""
         return sum(p.numel() for p in self.parameters()) - self.wpe.weight.numel()
 
-    def next_pos_embed(self, t0, T):
-        """Embeddings of the positions of the next tokens, t0+1 .. t0+T: (T, C)."""
-        return self.wpe(torch.arange(t0 + 1, t0 + T + 1, device=self.wpe.weight.device))
-
     def hidden_states(self, idx, cache=None):
-        """The three stacks: returns the states before the output layer (B, T, C), E, and the encoder output."""
+        """The three stacks: the states before the output layer (B, T, C), E, and the encoder output. cache: {}, or
+        what the previous call left in it: idx continues its positions."""
         c = self.config
         B, T = idx.size()
-        t0 = cache.get("length", 0) if cache is not None else 0  # positions already in the cache
-        assert t0 + T <= c.context_size, f"sequence of length {t0 + T} is longer than context_size={c.context_size}"
-        pos = torch.arange(t0, t0 + T, device=idx.device)
+        assert cache is not None or T <= c.context_size, f"sequence of {T} tokens is longer than {c.context_size}"
+        if cache is not None and not cache:  # a new cache: a buffer per attention module, position 0 (a tensor)
+            cache.update(kv={}, length=torch.zeros((), dtype=torch.long, device=idx.device))
+        pos = torch.arange(T, device=idx.device) + (0 if cache is None else cache["length"])
+        if cache is not None:  # query i, at position pos[i], sees the keys up to it (not the rest of the buffer)
+            cache = {**cache, "positions": pos, "mask": torch.arange(c.context_size, device=idx.device) <= pos[:, None]}
         # E = token embedding + positional embedding
         E = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
 
@@ -241,13 +239,13 @@ class Transformer(nn.Module):
             # the decoder starts from a linear layer on the encoder output
             x = self.decoder_in(encoder_out)
             if c.add_pos_embed_to_decoder:
-                x = x + self.next_pos_embed(t0, T)
+                x = x + self.wpe(pos + 1)  # the next tokens' positions
             for block in self.decoder_blocks:
                 x = block(x, encoder_out, cache)
         else:  # parallel: layer i runs an encoder block and a decoder block that reads that layer's encoder output
             x = self.decoder_in(E)  # the decoder starts from a linear layer on E
             if c.add_pos_embed_to_decoder:
-                x = x + self.next_pos_embed(t0, T)
+                x = x + self.wpe(pos + 1)
             encoder_out = E
             first_paired = len(self.blocks) - len(self.decoder_blocks)  # a shallower decoder: beside the last layers
             for i, block in enumerate(self.blocks):
@@ -258,11 +256,11 @@ class Transformer(nn.Module):
         x = self.ln_f(x)
         if c.sub_pos_embed != "no":
             # subtract the positional embedding of the next token before the output layer
-            x = x - self.next_pos_embed(t0, T)
+            x = x - self.wpe(pos + 1)
             if c.sub_pos_embed == "yes_ln":
                 x = self.ln_sub_pos(x)
         if cache is not None:
-            cache["length"] = t0 + T
+            cache["length"].add_(T)  # in place: the step has no Python-side effect, so it compiles whole
         return x, E, encoder_out
 
     def forward(self, idx, targets=None, cache=None, return_logits=True):
@@ -279,9 +277,8 @@ class Transformer(nn.Module):
             logits = self.lm_head(x)  # (B, T, vocab)
             ce = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
         else:
-            logits = None
-            ce = LinearCrossEntropy.apply(x.reshape(B * T, -1), self.lm_head.weight, targets.view(-1), 128,
-                                          torch.is_grad_enabled())
+            logits, ce = None, LinearCrossEntropy.apply(x.reshape(B * T, -1), self.lm_head.weight, targets.view(-1),
+                                                        128, torch.is_grad_enabled())
         loss, embedding_loss = ce, None
         if c.embedding_loss != "none":
             embedding_loss = self.embedding_dissimilarity(E, encoder_out).mean()
@@ -332,30 +329,33 @@ class Transformer(nn.Module):
                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=device_type == "cuda")
 
+    def decode_step(self, idx, cache, lm_head_t):
+        """The next token's logits (B, vocab) after idx (B, T), which continues the positions in the cache."""
+        return self.hidden_states(idx, cache)[0][:, -1, :] @ lm_head_t
+
     @torch.inference_mode()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, compile=False):
         """Append max_new_tokens sampled tokens to idx (B, T). With use_cache, every attention module writes its
         keys / values into a buffer preallocated for the whole context, so each step runs only the new token; past
-        context_size the window slides and the cache is refilled from it, because absolute positions shift."""
-        ctx = self.config.context_size
-        cache = {"length": 0} if use_cache else None
+        context_size the window slides and a new cache is filled from it, because absolute positions shift.
+        compile: the one-token step, of fixed shapes, runs as one graph of torch.compile(fullgraph=True)."""
+        ctx, filled = self.config.context_size, 0  # filled: positions in the cache, counted here, not on the device
+        one_token_step = self.decode_step if not compile else self.__dict__.setdefault(
+            "compiled_step", torch.compile(self.decode_step, fullgraph=True))  # compiled at its first call, once
         lm_head_t = self.lm_head.weight.T.contiguous()  # (C, vocab): one row's logits come ~4x faster on a CPU
         for _ in range(max_new_tokens):
-            if use_cache and 0 < cache["length"] < ctx:
-                x = idx[:, -1:]  # only the newest token
-            else:  # the whole window: first step, no cache, or a sliding window (the same buffers, refilled)
-                x = idx[:, -ctx:]
-                if use_cache:
-                    cache["length"] = 0
-            logits = self.hidden_states(x, cache)[0][:, -1, :] @ lm_head_t
+            if use_cache and 0 < filled < ctx:
+                # only the newest token; contiguous, as a view of idx has a new stride at each step
+                logits, filled = one_token_step(idx[:, -1:].contiguous(), cache, lm_head_t), filled + 1
+            else:  # the whole window: first step, no cache, or a sliding window
+                cache = {} if use_cache else None
+                logits, filled = self.decode_step(idx[:, -ctx:], cache, lm_head_t), min(idx.size(1), ctx)
             logits = (logits - logits.amax(-1, keepdim=True)) / temperature  # max 0: no overflow at any temperature
-            if top_k == 1:  # greedy: the most likely token, without drawing from 50k probabilities
-                idx_next = logits.argmax(dim=-1, keepdim=True)
-            else:
-                if top_k is not None:
-                    v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                    logits[logits < v[:, [-1]]] = -float("inf")
-                idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+            if top_k not in (None, 1):
+                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                logits[logits < v[:, [-1]]] = -float("inf")
+            # greedy (top_k=1): the most likely token, without drawing from 50k probabilities
+            idx_next = logits.argmax(-1, keepdim=True) if top_k == 1 else torch.multinomial(F.softmax(logits, -1), 1)
             idx = torch.cat((idx, idx_next), dim=1)
         return idx
 

@@ -10,14 +10,13 @@ import argparse
 import glob
 import math
 import os
-import re
 from contextlib import nullcontext
 
 import numpy as np
 import torch
 
 import reversal
-from configurator import fail, on_ctrl_c
+from configurator import fail, on_ctrl_c, pick_device
 from data import check_same_data, get_tokenizer, load_checkpoint, read_meta
 
 on_ctrl_c("stopped sampling")
@@ -33,22 +32,20 @@ parser.add_argument("--temperature", type=float, default=0.8, help="below 1: mor
 parser.add_argument("--top_k", type=int, default=None,
                     help="sample only from the k most likely tokens (default 200; reversal: 1, greedy)")
 parser.add_argument("--seed", type=int, default=1337)
-parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu, cuda or cuda:N")
+parser.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
+parser.add_argument("--compile", action="store_true", help="torch.compile the one-token decoding step")
 parser.error = lambda message: fail(f"{message} (see python sample.py --help)")  # one line, not argparse's usage block
 args = parser.parse_args()
 for name, allowed, fix in (("temperature", 0 < args.temperature < math.inf, "use a number above 0, e.g. 0.8"),
                            ("top_k", args.top_k is None or args.top_k >= 1, "use 1 or more"),
                            ("num_samples", args.num_samples >= 1, "use 1 or more"),
                            ("max_new_tokens", args.max_new_tokens >= 0, "use 0 or more"),
-                           ("seed", 0 <= args.seed < 2 ** 63, "use an integer from 0 to 2**63 - 1"),
-                           ("device", re.fullmatch(r"cpu|cuda(:\d+)?", args.device),
-                            "use --device=cpu, cuda or cuda:N")):
+                           ("seed", 0 <= args.seed < 2 ** 63, "use an integer from 0 to 2**63 - 1")):
     if not allowed:
         fail(f"{name}={getattr(args, name)!r} is not allowed; {fix}")
 
 # the model
-if args.device.startswith("cuda") and not torch.cuda.is_available():
-    fail(f"device={args.device!r} but CUDA is not available here; use --device=cpu")
+args.device, dtype = pick_device(args.device, "auto")
 if args.out_dir is None:  # train.py's default folders are out-<dataset>
     runs = sorted(os.path.dirname(path) for path in glob.glob("out-*/ckpt.pt"))
     if len(runs) != 1:
@@ -58,9 +55,8 @@ if args.out_dir is None:  # train.py's default folders are out-<dataset>
 ckpt_path = os.path.join(args.out_dir, "ckpt.pt")
 checkpoint, model = load_checkpoint(args.out_dir, args.device)
 dataset = checkpoint["train_config"]["dataset"]
-device_type = "cuda" if args.device.startswith("cuda") else "cpu"
-bf16 = device_type == "cuda" and torch.cuda.is_bf16_supported()
-autocast = torch.autocast(device_type, dtype=torch.bfloat16) if bf16 else nullcontext()
+device_type = args.device.split(":")[0]
+autocast = nullcontext() if dtype == "float32" else torch.autocast(device_type, dtype=getattr(torch, dtype))
 
 # the prompt
 start = args.start
@@ -94,7 +90,8 @@ if dataset == "reversal":
     for digits in prompts:  # one right answer: greedy by default
         x = torch.tensor([reversal.START, *digits, reversal.SEP], dtype=torch.long, device=args.device)[None, :]
         with torch.no_grad(), autocast:
-            y = model.generate(x, len(digits), temperature=args.temperature, top_k=args.top_k or 1)
+            y = model.generate(x, len(digits), temperature=args.temperature, top_k=args.top_k or 1,
+                               compile=args.compile)
         print(" ".join(map(str, digits)) + " -> " + " ".join(str(int(i)) for i in y[0, x.shape[1]:]))
 else:
     meta = read_meta(dataset)
@@ -112,7 +109,8 @@ else:
     # generate; prompts longer than the context keep their last context_size tokens
     x = torch.tensor(prompt, dtype=torch.long, device=args.device)[None, :].repeat(args.num_samples, 1)
     with torch.no_grad(), autocast:
-        y = model.generate(x, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k or 200)
+        y = model.generate(x, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k or 200,
+                           compile=args.compile)
     for sample in y.tolist():
         print(decode(sample[skip:]))
         print("-" * 40)

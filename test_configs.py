@@ -5,6 +5,7 @@ at most its baseline's. (The GPT-2-token suite's configs: test_study.py.)
 """
 import glob
 import os
+import re
 
 import pytest
 
@@ -36,3 +37,19 @@ def test_cpu_encoder_decoders_have_at_most_the_baselines_parameters():
     for name in others:
         if name not in ("base", "baseline", "dropout_baseline"):
             assert params(name) <= baseline, name
+
+
+GPU_SMALL = sorted(p for p in glob.glob(os.path.join(ROOT, "config", "gpu_small_*.py")) if not p.endswith("_base.py"))
+
+
+@pytest.mark.parametrize("path", GPU_SMALL, ids=os.path.basename)
+def test_laptop_gpu_configs_state_their_flops_per_run_and_stay_under_one_pass(path):
+    settings = read_config(path)
+    model = build_model(ModelConfig(vocab_size=50257, **load_config(path)))  # WikiText-103's GPT-2 tokens
+    tokens = (settings["max_iters"] * settings["batch_size"] * settings["gradient_accumulation_steps"]
+              * settings["context_size"])
+    stated = float(re.search(r"FLOPs per run: ([\d.e+]+)", open(path).read())[1])
+    assert stated == pytest.approx(model.flops_per_token(settings["context_size"]) * tokens, rel=0.01)
+    assert tokens < 38.3e6 and settings["device"] == "auto" and settings["dtype"] == "auto"
+    baseline = build_model(ModelConfig(vocab_size=50257, **load_config(GPU_SMALL[0]))).num_params()
+    assert GPU_SMALL[0].endswith("gpu_small_baseline.py") and model.num_params() <= baseline

@@ -10,7 +10,7 @@ import os
 import pytest
 import torch
 
-from configurator import fail, read_config
+from configurator import fail, pick_device, read_config
 from conftest import ROOT, assert_one_line_error, log, run, train
 from model import ModelConfig
 
@@ -98,10 +98,51 @@ def test_help_lists_every_setting_with_its_default_and_meaning(tmp_path):
     training = ["out_dir", "dataset", "batch_size", "gradient_accumulation_steps", "max_iters", "learning_rate",
                 "decay_lr", "min_lr", "warmup_iters", "lr_decay_iters", "weight_decay", "beta1", "beta2", "grad_clip",
                 "eval_interval", "eval_iters", "log_interval", "init_from", "overwrite", "always_save_checkpoint",
-                "seed", "device", "dtype", "compile"]
+                "seed", "device", "dtype", "compile", "wandb_log", "wandb_project", "wandb_run_name"]
     assert set(lines) == {f"--{key}" for key in training + ModelConfig.flags()}
     assert "--batch_size=50 " in lines["--batch_size"] and "sequences per micro-batch" in lines["--batch_size"]
     assert "--n_layer=13 " in lines["--n_layer"] and "--embedding_loss=None " in lines["--embedding_loss"]
     for key in training:  # each with a meaning after its default
         assert len(lines[f"--{key}"].split(maxsplit=1)) == 2, lines[f"--{key}"]
     assert not os.listdir(tmp_path)  # nothing trained, nothing written
+
+# -----------------------------------------------------------------------------
+# pick_device: the one place where every script's device and precision are chosen and checked
+
+
+def fake_devices(monkeypatch, cuda=None, mps=False):
+    """Pretend this torch sees one CUDA GPU of compute capability `cuda` (e.g. (7, 5), a T4), and / or MPS."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda is not None)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: int(cuda is not None))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: cuda)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)  # as torch says of a T4
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+
+
+@pytest.mark.parametrize("cuda, mps, expected", [
+    ((8, 0), True, ("cuda", "bfloat16")),  # an A100: bf16 in hardware
+    ((7, 5), True, ("cuda", "float16")),  # a T4 (Colab's free GPU): emulated bf16 is slow, so float16 and a scaler
+    ((7, 0), False, ("cuda", "float16")),  # a V100
+    (None, True, ("mps", "float32")),  # Apple silicon
+    (None, False, ("cpu", "float32")),
+], ids=["a100", "t4", "v100", "apple_silicon", "cpu"])
+def test_auto_picks_cuda_then_mps_then_cpu_and_bfloat16_only_where_the_gpu_has_it(monkeypatch, cuda, mps, expected):
+    fake_devices(monkeypatch, cuda, mps)
+    assert pick_device("auto", "auto") == expected
+    assert pick_device("cpu", "auto") == ("cpu", "float32")
+    assert pick_device("cpu", "float16") == ("cpu", "float16")  # the GPU's code path, tested on the CPU
+
+
+@pytest.mark.parametrize("device, dtype, cuda, mps, fragments", [
+    ("gpu", "auto", None, False, ["device='gpu' is not allowed", "--device=cpu", "mps"]),
+    ("cuda", "auto", None, True, ["device='cuda'", "CUDA is not available", "--device=auto"]),
+    ("cuda:1", "auto", (8, 0), False, ["device='cuda:1'", "only 1 CUDA device", "--device=cuda:0"]),
+    ("mps", "auto", (8, 0), False, ["device='mps'", "MPS", "not available", "--device=auto"]),
+    ("mps", "float16", None, True, ["dtype='float16' on mps", "--dtype=float32"]),
+    ("cpu", "fp16", None, False, ["dtype='fp16' is not allowed", "float16"]),
+], ids=["malformed", "no_cuda", "no_second_gpu", "no_mps", "mps_float16", "malformed_dtype"])
+def test_a_device_asked_for_but_not_present_is_one_line_error(monkeypatch, device, dtype, cuda, mps, fragments):
+    fake_devices(monkeypatch, cuda, mps)
+    with pytest.raises(SystemExit) as error:
+        pick_device(device, dtype)
+    assert_one_line_error(str(error.value.code), *fragments)

@@ -176,6 +176,8 @@ def test_evaluate_input_text_matches_the_prepared_split(trained):
     (["--out_dir=run", "--input=empty.txt"], "nothing to predict"),
     (["--out_dir=run", "--input=missing.txt"], "cannot read missing.txt"),
     (["--out_dir=run", "--batch_size=0"], "--batch_size=0"),
+    (["--out_dir=run", "--device=gpu"], "device='gpu' is not allowed"),
+    (["--out_dir=run", "--device=mps"], "MPS (the GPU of Apple silicon) is not available"),
 ])
 def test_bad_input_is_one_line_error(trained, args, fragment):
     (trained / "empty.txt").write_text("")

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import tiny_model
-from model import ModelConfig, build_model, causal_attention, logits_needed
+from model import Attention, ModelConfig, build_model, causal_attention, logits_needed
 
 TINY = dict(vocab_size=37, context_size=12, n_embed=16, n_head=2, n_layer=2)
 
@@ -133,14 +133,15 @@ def test_cache_is_preallocated_per_attention_module_and_written_in_place(variant
     model = tiny(variant=variant).eval()
     cache = {}
     model(tokens(T=5), cache=cache)
-    buffers = {module: kv for module, kv in cache.items() if not isinstance(module, str)}
-    assert len(buffers) == attention_modules and cache["length"] == 5  # encoder, decoder and cross-attention
+    modules = [m for m in model.modules() if isinstance(m, Attention)]  # each has its buffer: cache["kv"][m.number]
+    buffers = {module: cache["kv"][module.number] for module in modules}
+    assert len(cache["kv"]) == attention_modules and cache["length"] == 5  # encoder, decoder and cross-attention
     storage = {module: kv.data_ptr() for module, kv in buffers.items()}
     model(tokens(T=1), cache=cache)  # one more position, written where the first step left off
-    for module, kv in cache.items():
-        if not isinstance(module, str):  # (keys / values, B, heads, whole context, head size padded to 8)
-            assert kv.shape == (2, 3, module.n_head, TINY["context_size"], 8) and kv.data_ptr() == storage[module]
-            assert kv[:, :, :, :6].abs().sum(dim=-1).ne(0).all() and not kv[:, :, :, 6:].any()
+    for module, kv in buffers.items():  # (keys / values, B, heads, whole context, head size padded to 8)
+        assert cache["kv"][module.number] is kv and cache["length"] == 6
+        assert kv.shape == (2, 3, module.n_head, TINY["context_size"], 8) and kv.data_ptr() == storage[module]
+        assert kv[:, :, :, :6].abs().sum(dim=-1).ne(0).all() and not kv[:, :, :, 6:].any()
 
 
 @pytest.mark.parametrize("flags", DECODE_FLAGS)
@@ -153,6 +154,21 @@ def test_greedy_generation_with_cache_equals_without_also_past_context_size(flag
     assert with_cache.shape == (2, 5 + new)
     assert torch.equal(with_cache, without)
     assert len(set(with_cache[0, 5:].tolist())) > 1  # not a degenerate repeated token
+
+
+@pytest.mark.parametrize("flags", [DECODE_FLAGS[2], DECODE_FLAGS[4], DECODE_FLAGS[8]], ids=lambda f: f["variant"])
+def test_compiled_decode_step_is_one_graph_for_every_position_and_gives_the_eager_tokens(flags):
+    torch._dynamo.reset()  # each model compiles its own step
+    model = tiny(**flags).eval()
+    prompt, cache, lm_head_t = tokens(B=2, T=5), {}, model.lm_head.weight.T.contiguous()
+    with torch.no_grad():
+        model.decode_step(prompt, cache, lm_head_t)
+        explained = torch._dynamo.explain(model.decode_step)(prompt[:, -1:], cache, lm_head_t)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0  # what fullgraph=True demands
+    torch._dynamo.reset()
+    eager = model.generate(prompt, 2 * TINY["context_size"], top_k=1)  # past the context: the window slides too
+    with torch._dynamo.config.patch(error_on_recompile=True):  # the position is a tensor: no new graph per step
+        assert torch.equal(model.generate(prompt, 2 * TINY["context_size"], top_k=1, compile=True), eager)
 
 
 @pytest.mark.parametrize("variant", ["baseline", "encdec"])
@@ -426,6 +442,6 @@ def test_attention_padded_to_a_multiple_of_8_equals_plain_attention(head_size, T
     scores = q @ k.transpose(-2, -1) / head_size ** 0.5
     visible = torch.ones(T, L, dtype=torch.bool).tril(L - T)  # query i is position L - T + i
     expected = scores.masked_fill(~visible, float("-inf")).softmax(-1) @ v
-    y = causal_attention(q, k, v, 0.0)
+    y = causal_attention(q, k, v, 0.0, None if T == L else visible)  # a KV cache passes its mask
     assert y.shape == (2, 3, T, head_size)
     torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-6)

@@ -40,10 +40,11 @@ def test_sample_without_checkpoint_or_meta_says_what_to_do(workdir, tmp_path):
 
 @pytest.mark.parametrize("args, fragments", [
     (["--device=foo"], ["device='foo'", "--device=cpu"]),
+    (["--device=mps"], ["device='mps'", "MPS", "not available"]),
     (["--temperature=nan"], ["temperature=nan"]),
     (["--start=FILE:binary.bin"], ["binary.bin", "not UTF-8"]),
     ([b"--start=caf\xe9"], ["not valid UTF-8"]),
-], ids=["device", "temperature", "binary_prompt_file", "non_utf8_prompt"])
+], ids=["device", "mps_absent", "temperature", "binary_prompt_file", "non_utf8_prompt"])
 def test_sample_bad_input_is_one_line_error(workdir, args, fragments):
     (workdir / "binary.bin").write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00")
     # an argument given as bytes that are not UTF-8 reaches sample.py as it would from a shell
@@ -69,3 +70,9 @@ def test_a_tiny_temperature_samples_the_greedy_tokens_instead_of_overflowing(wor
     tiny = run("sample.py", *common, "--temperature=1e-30", cwd=workdir)
     greedy = run("sample.py", *common, "--top_k=1", cwd=workdir)
     assert tiny.stdout == greedy.stdout
+
+
+def test_sample_with_a_compiled_decoding_step_prints_the_eager_greedy_text(workdir):
+    args = ["--out_dir=out_full", "--start=the castle", "--num_samples=1", "--max_new_tokens=12", "--top_k=1",
+            "--device=cpu"]
+    assert run("sample.py", *args, "--compile", cwd=workdir).stdout == run("sample.py", *args, cwd=workdir).stdout

@@ -10,6 +10,7 @@ test_data.py; the reversal demo: test_reversal.py.)
 """
 import glob
 import json
+import math
 import os
 import shutil
 import signal
@@ -113,6 +114,78 @@ def test_progress_comes_early_with_an_eta_and_a_cpu_warning_for_a_long_run(workd
     assert "warning: this run would take about" in before_eval and "config/cpu_baseline.py" in before_eval
 
 # -----------------------------------------------------------------------------
+# precision: the code paths of a GPU (bfloat16 and float16 autocast, the gradient scaler), run on the CPU
+
+
+@pytest.mark.parametrize("variant", ["baseline", "encdec", "parallel"])
+def test_autocast_dtypes_train_every_variant_to_finite_losses_close_to_float32(workdir, variant):
+    runs = {}
+    for dtype in ("float32", "bfloat16", "float16"):
+        train(workdir, f"out_{variant}_{dtype}", f"--variant={variant}", f"--dtype={dtype}", "--max_iters=4")
+        runs[dtype] = log(workdir, f"out_{variant}_{dtype}")
+    for dtype in ("bfloat16", "float16"):  # after 4 steps, within 1% of float32 (bfloat16 keeps 8 bits of mantissa)
+        assert all(math.isfinite(x) for r in losses(runs[dtype]) for x in r[1:] if x is not None)
+        np.testing.assert_allclose([r[1:3] for r in losses(runs[dtype])], [r[1:3] for r in losses(runs["float32"])],
+                                   rtol=0.01)
+    assert [r["grad_scale"] for r in runs["float16"]] == [65536.0] * 3 and "grad_scale" not in runs["bfloat16"][0]
+
+
+def test_float16_run_resumed_with_its_scaler_logs_exactly_the_losses_of_an_uninterrupted_one(workdir):
+    train(workdir, "out_fp16_full", "--dtype=float16", "--max_iters=6")
+    train(workdir, "out_fp16_resumed", "--dtype=float16", "--max_iters=4")
+    scaler = torch.load(workdir / "out_fp16_resumed" / "ckpt.pt")["scaler"]
+    assert scaler["scale"] == 65536.0 and scaler["_growth_tracker"] == 4  # 4 good steps: the scaler's own count
+    result = train(workdir, "out_fp16_resumed", "--dtype=float16", "--init_from=resume", "--max_iters=6")
+    assert "float16 autocast on the CPU is slow" in result.stdout
+    assert losses(log(workdir, "out_fp16_resumed")) == losses(log(workdir, "out_fp16_full"))
+
+
+def test_float16_steps_the_scaler_skips_are_logged_not_taken_for_divergence(workdir):
+    # a scale of 2**40 overflows float16 gradients: every step is skipped and the scale halves, the loss stays finite
+    argv = [os.path.join(ROOT, "train.py"), *TINY, "--out_dir=out_fp16_skipped", "--dtype=float16", "--max_iters=4"]
+    code = ("import functools, runpy, sys, torch; "
+            "torch.amp.GradScaler = functools.partial(torch.amp.GradScaler, init_scale=2.0 ** 40); "
+            f"sys.argv = {argv!r}; runpy.run_path(sys.argv[0], run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", code], cwd=workdir, env=ENV, capture_output=True, text=True)
+    assert result.returncode == 0 and "non-finite" not in result.stderr, result.stderr
+    records = log(workdir, "out_fp16_skipped")
+    assert [r["grad_scale"] for r in records] == [2.0 ** 40, 2.0 ** 38, 2.0 ** 36]
+    assert not math.isfinite(records[-1]["grad_norm"]) and records[-1]["train_loss"] == records[0]["train_loss"]
+    assert "(float16 grad scale 68719476736)" in result.stdout  # the scale of each step is in its line
+
+
+@pytest.mark.parametrize("variant", ["baseline", "encdec", "parallel"])
+def test_compiled_training_logs_the_losses_of_eager_training(workdir, variant):
+    for mode in ("eager", "compiled"):
+        train(workdir, f"out_{variant}_{mode}", f"--variant={variant}", "--max_iters=2", "--eval_iters=1",
+              f"--compile={mode == 'compiled'}", timeout=600)
+    compiled, eager = losses(log(workdir, f"out_{variant}_compiled")), losses(log(workdir, f"out_{variant}_eager"))
+    # the compiler fuses and reorders float32 arithmetic: the same losses to 1e-4, not to the bit
+    np.testing.assert_allclose(np.array(compiled, dtype=float), np.array(eager, dtype=float), rtol=1e-4)
+
+# -----------------------------------------------------------------------------
+# Weights & Biases, optional
+
+
+def test_wandb_log_records_each_evaluation_offline(workdir, tmp_path):
+    pytest.importorskip("wandb")
+    train(workdir, "out_wandb", "--max_iters=2", "--wandb_log=True", "--wandb_run_name=tiny-run",
+          env={"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true"})
+    [history] = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "run-*.wandb"))
+    data = open(history, "rb").read()  # wandb's own record format: the names and values it would upload
+    assert b"tiny-run" in data and b"val_loss" in data and b"train_loss" in data
+
+
+def test_wandb_log_without_the_package_is_one_line_error(workdir, tmp_path):
+    hidden = tmp_path / "hide" / "wandb"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError('hidden for this test')\n")
+    result = train(workdir, "out_no_wandb", "--max_iters=2", "--wandb_log=True", check=False,
+                   env={"PYTHONPATH": f"{hidden.parent}{os.pathsep}{ROOT}"})
+    assert_one_line_error(result, "wandb_log=True", "pip install wandb")
+    assert not os.path.exists(workdir / "out_no_wandb" / "ckpt.pt")
+
+# -----------------------------------------------------------------------------
 # a new run in an existing folder
 
 
@@ -148,7 +221,8 @@ def test_run_from_scratch_refuses_a_folder_with_a_log_but_no_checkpoint_unless_t
 
 @pytest.mark.parametrize("setting", [
     "grad_clip=-1", "batch_size=0", "batch_size=-1", "eval_iters=-1", "eval_interval=0", "log_interval=0",
-    "gradient_accumulation_steps=0", "seed=-1", "learning_rate=-1", "learning_rate=1e999", "beta2=1.5", "device=foo"])
+    "gradient_accumulation_steps=0", "seed=-1", "learning_rate=-1", "learning_rate=1e999", "beta2=1.5", "device=foo",
+    "device=gpu", "device=mps", "device=cuda", "device=cuda:1", "dtype=half"])
 def test_setting_out_of_range_is_one_line_error(workdir, setting):
     key, value = setting.split("=")
     assert_one_line_error(train(workdir, "out_err", f"--{setting}", "--max_iters=2", check=False), f"{key}=")

@@ -30,12 +30,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import reversal
 from bench import duration, matmul_peak, sync
-from configurator import configure, fail
+from configurator import configure, fail, pick_device
 from data import (check_dataset, check_same_data, hold_folder, load_checkpoint, make_folder, note_holder, prepare_hint,
                   remove_stale_temporaries, truncate_log, write_atomic, write_error)
 from evaluate import embedding_norms, split_losses, window_starts as token_windows
 from model import ModelConfig, build_model, logits_needed
-
 
 
 def on_interrupt(kind, value, tb):
@@ -73,9 +72,12 @@ init_from = "scratch"  # scratch | resume (from out_dir/ckpt.pt)
 overwrite = False  # True: a run from scratch may replace the checkpoint and log already in out_dir
 always_save_checkpoint = True  # False: save only when the val loss improves
 seed = 1337  # random seed of the initial weights, batches and dropout
-device = "cuda" if torch.cuda.is_available() else "cpu"  # cpu, cuda or cuda:N
-dtype = "bfloat16" if device == "cuda" and torch.cuda.is_bf16_supported() else "float32"  # float32 | bfloat16 (CUDA)
+device = "auto"  # auto (cuda, then mps, then cpu) | cpu | cuda | cuda:N | mps
+dtype = "auto"  # auto (CUDA: bfloat16 where the GPU has it, else float16; else float32) | float32 | bfloat16 | float16
 compile = False  # torch.compile the model
+wandb_log = False  # also log each evaluation to Weights & Biases (pip install wandb; WANDB_MODE=offline: no account)
+wandb_project = "ar-encoder-decoder"  # its Weights & Biases project
+wandb_run_name = ""  # its run name; "" means out_dir
 # every ModelConfig field is a global of the same name; None keeps the variant's default (see model.py)
 globals().update(dict.fromkeys(ModelConfig.flags()))
 # -----------------------------------------------------------------------------
@@ -129,17 +131,12 @@ checks = {  # setting: (is the value allowed?, what to use instead)
                    "use a positive number of batches, or 0 for every val token (not for reversal)"),
     "log_interval": (log_interval >= 1, "use a positive number of steps"),
     "seed": (0 <= seed < 2 ** 63, "use an integer from 0 to 2**63 - 1"),
-    "device": (re.fullmatch(r"cpu|cuda(:\d+)?", device) is not None, "use --device=cpu, cuda or cuda:N"),
-    "dtype": (dtype in ("float32", "bfloat16"), "use --dtype=float32 or --dtype=bfloat16"),
     "dataset": (re.fullmatch(r"[\w.-]+", dataset) is not None, "give a folder name of data/, or reversal"),
 }
 for key, (allowed, fix) in checks.items():
     if not allowed:
         fail(f"{key}={globals()[key]!r} is not allowed; {fix}")
-if device.startswith("cuda") and not torch.cuda.is_available():
-    fail(f"device={device!r} but CUDA is not available here; use --device=cpu")
-if dtype == "bfloat16" and not device.startswith("cuda"):
-    fail(f"dtype={dtype!r} is not supported on {device}; use --dtype=float32 (bfloat16 is for CUDA)")
+device, dtype = pick_device(device, dtype)
 if init_from == "scratch" and not overwrite:
     if os.path.exists(ckpt_path):
         fail(f"{ckpt_path} already holds a trained model; continue it with --init_from=resume, train in another "
@@ -148,6 +145,12 @@ if init_from == "scratch" and not overwrite:
         fail(f"{log_path} holds the log of an earlier run; train in another --out_dir, or replace it with "
              f"--overwrite=True")
 train_config = {k: globals()[k] for k in defaults}  # saved in checkpoints
+if wandb_log and master:  # imported only when asked
+    try:
+        import wandb
+    except ImportError:
+        fail("wandb_log=True needs Weights & Biases, which is not installed: pip install wandb, or drop --wandb_log")
+    wandb.init(project=wandb_project, name=wandb_run_name or out_dir, config=train_config)
 # -----------------------------------------------------------------------------
 # processes and devices
 ddp = "RANK" in os.environ  # started by torchrun
@@ -163,9 +166,10 @@ if gradient_accumulation_steps % world_size:
     fail(f"gradient_accumulation_steps={gradient_accumulation_steps} must be divisible by the {world_size} "
          f"processes; change one of them")
 my_micro_steps = list(range(rank, gradient_accumulation_steps, world_size))  # rank r of W: micro-steps r, r+W, ...
-device_type = "cuda" if device.startswith("cuda") else "cpu"
-ptdtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
-autocast = torch.autocast(device_type, dtype=ptdtype) if dtype == "bfloat16" else nullcontext()
+device_type, ptdtype = device.split(":")[0], getattr(torch, dtype)  # cuda, mps or cpu
+autocast = torch.autocast(device_type, dtype=ptdtype) if dtype != "float32" else nullcontext()
+# float16 gradients underflow: the loss is scaled up before backward, and a step with inf / NaN gradients is skipped
+scaler = torch.amp.GradScaler(device_type, enabled=dtype == "float16")
 torch.backends.cuda.matmul.allow_tf32 = True
 torch.backends.cudnn.allow_tf32 = True
 # -----------------------------------------------------------------------------
@@ -199,7 +203,7 @@ def get_batch(split, rng):
     x, y = get_batch_cpu(split, rng)
     if device_type == "cuda":
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
-    return x, y
+    return x.to(device), y.to(device)
 
 
 def batch_rng(it, micro_step):
@@ -251,9 +255,11 @@ optimizer = raw_model.configure_optimizer(weight_decay, learning_rate, (beta1, b
 if checkpoint is not None:
     raw_model.load_state_dict(checkpoint["model"])
     optimizer.load_state_dict(checkpoint["optimizer"])
+    if scaler.is_enabled() and checkpoint.get("scaler"):  # its scale: a resumed float16 run stays exact
+        scaler.load_state_dict(checkpoint["scaler"])
     torch.set_rng_state(checkpoint["rng"]["cpu"].cpu())
-    if device_type == "cuda" and checkpoint["rng"]["cuda"] is not None:
-        torch.cuda.set_rng_state(checkpoint["rng"]["cuda"].cpu())
+    if device_type in ("cuda", "mps") and checkpoint["rng"].get(device_type) is not None:
+        getattr(torch, device_type).set_rng_state(checkpoint["rng"][device_type].cpu())
     checkpoint = None  # free the memory
 return_logits = logits_needed(config, device_type)
 model = torch.compile(raw_model) if compile else raw_model
@@ -273,12 +279,13 @@ def stop_write_failed(path, error, size=None):
 def save_checkpoint():
     global saved_iter
     checkpoint = {"model_config": dataclasses.asdict(config), "model": raw_model.state_dict(),
-                  "optimizer": optimizer.state_dict(),
+                  "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
                   "iter_num": iter_num,  # also the data position: batches are a function of (seed, iteration)
                   "tokens": tokens_seen, "best_val_loss": best_val_loss, "train_config": train_config,
                   "dataset_meta": meta,  # sample.py checks that data/<dataset>/meta.json still has this tokenizer
                   "rng": {"cpu": torch.get_rng_state(),
-                          "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None}}
+                          "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None,
+                          "mps": torch.mps.get_rng_state() if device_type == "mps" else None}}
     buffer = io.BytesIO()  # in memory first: torch's zip writer turns a full disk into an unclear error
     torch.save(checkpoint, buffer)
     write_atomic(ckpt_path, buffer.getbuffer(), on_error=stop_write_failed)
@@ -370,7 +377,9 @@ def stop_non_finite(what):
 tokens_per_iter = gradient_accumulation_steps * batch_size * block
 flops_per_token = raw_model.flops_per_token(block)
 # the MFU denominator: the fastest of 10 large matmuls in the run's dtype, measured since a CPU has no datasheet peak
-peak_flops = matmul_peak(device, ptdtype, 4096 if device_type == "cuda" else 1024, 10, warmup=0, pick=min)
+# (float32's on a CPU, where autocast only tests the GPU's code path: a float16 matmul there takes seconds)
+peak_flops = matmul_peak(device, ptdtype if device_type != "cpu" else torch.float32,
+                         4096 if device_type == "cuda" else 1024, 10, warmup=0, pick=min)
 if master:
     if init_from == "resume":
         truncate_log(log_path, iter_num, on_error=stop_write_failed)
@@ -411,7 +420,8 @@ while True:
                 print(f"eval {iter_num}: evaluating, about {duration(eval_seconds)}", flush=True)
             eval_start = time.time()
             record = {"iter": iter_num, "tokens": tokens_seen, **evaluate(), "lr": lr,
-                      "grad_norm": grad_norm.item() if iter_num > start_iter else None,
+                      "grad_norm": grad_norm.item() if iter_num > start_iter else None,  # inf: a skipped step
+                      **({"grad_scale": scaler.get_scale()} if scaler.is_enabled() else {}),
                       "tokens_per_sec": tokens_per_sec,
                       "mfu": tokens_per_sec and flops_per_token * tokens_per_sec / world_size / peak_flops}
             bad = [f"{k}={v}" for k, v in record.items()
@@ -422,6 +432,8 @@ while True:
             print(f"eval {iter_num}: train loss {record['train_loss']:.4f}, val loss {record['val_loss']:.4f}"
                   + (f", val accuracy {record['val_accuracy']:.1%}" if "val_accuracy" in record else ""), flush=True)
             append_log(record)
+            if wandb_log:
+                wandb.log({k: v for k, v in record.items() if v is not None}, step=iter_num)
             if always_save_checkpoint or record["val_loss"] < best_val_loss:
                 best_val_loss = min(best_val_loss, record["val_loss"])
                 save_checkpoint()
@@ -438,9 +450,11 @@ while True:
         with model.no_sync() if ddp and micro_step != my_micro_steps[-1] else nullcontext():
             with autocast:
                 _, loss, terms = model(x, y, return_logits=return_logits)
-            (loss / len(my_micro_steps)).backward()  # the mean over the global batch, once DDP has averaged
+            scaler.scale(loss / len(my_micro_steps)).backward()  # the mean over the global batch, once DDP has averaged
+    scaler.unscale_(optimizer)  # float16: the true gradients again, for clipping and the logged norm
     grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), grad_clip or float("inf"))  # before clipping
-    optimizer.step()
+    scaler.step(optimizer)  # float16: no step where a gradient overflowed; the scale halves instead (not divergence)
+    scaler.update()
     optimizer.zero_grad(set_to_none=True)
     iter_num += 1
     interval_tokens += tokens_per_iter
@@ -452,7 +466,8 @@ while True:
         tokens_per_sec = interval_tokens / (time.time() - interval_start)  # speeds: averages since the last evaluation
         iter_seconds = tokens_per_iter / tokens_per_sec
         embedding = f", embedding loss {terms['embedding'].item():.3e}" if terms["embedding"] is not None else ""
-        print(f"iter {iter_num}: loss {terms['ce'].item():.4f}{embedding}, grad norm {grad_norm.item():.3f}, "
+        scale = f" (float16 grad scale {scaler.get_scale():.0f})" if scaler.is_enabled() else ""
+        print(f"iter {iter_num}: loss {terms['ce'].item():.4f}{embedding}, grad norm {grad_norm.item():.3f}{scale}, "
               f"lr {lr:.2e}, {iter_seconds * 1000:.0f} ms/iter, {tokens_per_sec:,.0f} tokens/s, "
               f"mfu {flops_per_token * tokens_per_sec / world_size / peak_flops:.1%}, "
               f"ETA {duration((max_iters - iter_num) * iter_seconds + evals_left(iter_num) * eval_seconds)}",
