@@ -56,6 +56,21 @@ def matmul_peak(device, dtype, n, repeats, warmup=2, pick=statistics.median):
     return 2 * n ** 3 / pick(times[warmup:])
 
 
+@torch.no_grad()
+def forward_seconds(model, x, y, autocast, return_logits):
+    """Seconds of one evaluation forward pass (the faster of two: the first warms up); a training step costs ~3."""
+    was_training, seconds = model.training, []
+    model.eval()
+    for _ in range(2):
+        t0 = time.perf_counter()
+        with autocast:
+            model(x, y, return_logits=return_logits)
+        sync(x.device)
+        seconds.append(time.perf_counter() - t0)
+    model.train(was_training)
+    return min(seconds)
+
+
 def duration(seconds):
     """e.g. 350 ms, 45 s, 12 min, 3.2 h, 2.5 days"""
     if seconds < 1:

@@ -306,6 +306,17 @@ def read_log(path):
     return records, False
 
 
+def append_log(path, record, on_error=None):
+    """Append one record to a run's log.jsonl; a line cut short by a full disk is dropped at the next resume."""
+    try:
+        with open(path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+    except OSError as e:
+        if on_error:
+            on_error(path, e)
+        fail(f"could not write {path}: {write_error(path, e)}")
+
+
 def truncate_log(path, iter_num, on_error=None):
     """Drop from a log what was logged after the checkpoint of iteration iter_num, and a torn last line."""
     records, torn = read_log(path)

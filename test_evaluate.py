@@ -213,7 +213,7 @@ def test_a_dataset_prepared_again_from_other_text_is_refused_not_evaluated_with_
 def test_a_device_name_it_cannot_use_is_one_line_error(trained, device):
     with pytest.raises(SystemExit) as exit:
         evaluate_in(trained, "--out_dir=run", f"--device={device}")
-    assert_one_line_error(str(exit.value.code), f"--device={device}")
+    assert_one_line_error(str(exit.value.code), f"device='{device}'", "--device=")
 
 
 def peak_memory(folder, text_file):

@@ -15,7 +15,6 @@ DDP run log exactly the losses of one uninterrupted single-process run with the 
 """
 import dataclasses
 import io
-import json
 import math
 import os
 import re
@@ -29,10 +28,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import reversal
-from bench import duration, matmul_peak, sync
+from bench import duration, forward_seconds, matmul_peak, sync
 from configurator import configure, fail, pick_device
-from data import (check_dataset, check_same_data, hold_folder, load_checkpoint, make_folder, note_holder, prepare_hint,
-                  remove_stale_temporaries, truncate_log, write_atomic, write_error)
+from data import (append_log, check_dataset, check_same_data, hold_folder, load_checkpoint, make_folder, note_holder,
+                  prepare_hint, remove_stale_temporaries, truncate_log, write_atomic, write_error)
 from evaluate import embedding_norms, split_losses, window_starts as token_windows
 from model import ModelConfig, build_model, logits_needed
 
@@ -292,14 +291,6 @@ def save_checkpoint():
     saved_iter = iter_num
 
 
-def append_log(record):
-    try:
-        with open(log_path, "a") as f:
-            f.write(json.dumps(record) + "\n")
-    except OSError as e:  # a line cut short by a full disk is dropped at the next resume
-        stop_write_failed(log_path, e)
-
-
 def get_lr(it):
     if not decay_lr:
         return learning_rate
@@ -346,22 +337,6 @@ def evaluate():
 # speed: the run's time, estimated before it starts
 
 
-@torch.no_grad()
-def seconds_per_forward():
-    """Seconds of one evaluation forward pass (the faster of two: the first warms up); a training step costs ~3."""
-    raw_model.eval()
-    x, y = get_batch("val", eval_rng("val", 0))
-    seconds = []
-    for _ in range(2):
-        t0 = time.perf_counter()
-        with autocast:
-            raw_model(x, y, return_logits=return_logits)
-        sync(device)
-        seconds.append(time.perf_counter() - t0)
-    raw_model.train()
-    return min(seconds)
-
-
 def evals_left(it):
     """Evaluations from iteration `it` to the end: every eval_interval, and at max_iters."""
     return max(0, max_iters // eval_interval - (it - 1) // eval_interval) + (max_iters % eval_interval != 0)
@@ -391,7 +366,7 @@ if master:
           f"({world_size} process{'es' * (world_size > 1)}, {device}, {dtype}); "
           + (f"resuming at iteration {iter_num}" if init_from == "resume" else "from scratch"))
     # early, before a long first evaluation: how long the run will take, timed on one forward pass
-    forward = seconds_per_forward()
+    forward = forward_seconds(raw_model, *get_batch("val", eval_rng("val", 0)), autocast, return_logits)
     eval_batches = eval_iters or math.ceil(
         len(token_windows(os.path.getsize(os.path.join(data_dir, "val.bin")) // 2, block)) / batch_size)
     iter_seconds, eval_seconds = 3 * len(my_micro_steps) * forward, 2 * eval_batches * forward
@@ -431,7 +406,7 @@ while True:
             eval_seconds = time.time() - eval_start
             print(f"eval {iter_num}: train loss {record['train_loss']:.4f}, val loss {record['val_loss']:.4f}"
                   + (f", val accuracy {record['val_accuracy']:.1%}" if "val_accuracy" in record else ""), flush=True)
-            append_log(record)
+            append_log(log_path, record, on_error=stop_write_failed)
             if wandb_log:
                 wandb.log({k: v for k, v in record.items() if v is not None}, step=iter_num)
             if always_save_checkpoint or record["val_loss"] < best_val_loss:
