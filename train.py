@@ -451,4 +451,5 @@ while True:
 if master:
     print(f"done: {iter_num} iterations in {time.time() - run_start:.1f}s; checkpoint and log in {out_dir}/")
 if ddp:
+    dist.barrier()  # every process waits for the last evaluation and checkpoint, then all leave together
     dist.destroy_process_group()
