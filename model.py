@@ -29,6 +29,7 @@ class ModelConfig:
     n_head: int = 5
     dropout: float = 0.0
     bias: bool = False
+    rotary: bool = False  # rotary positions (RoPE) in every attention, instead of a learned table added to E
     # The encoder-decoders' flags. None takes the variant's default (the DEFAULTS below); the baseline has none of them.
     n_encoder_layer: Optional[int] = None
     n_decoder_layer: Optional[int] = None
@@ -60,25 +61,23 @@ EMBEDDING_LOSS_DEFAULTS = dict(embedding_loss_coeff=8.0, embedding_ln="init", en
                                detach="encoder_out", embedding_ln_affine=True)
 
 
-class LayerNorm(nn.Module):
-    """LayerNorm with an optional bias (PyTorch's has no bias=False before 2.1), or no gain and bias at all."""
-
-    def __init__(self, ndim, bias, affine=True):
-        super().__init__()
-        self.ndim = ndim
-        self.weight = nn.Parameter(torch.ones(ndim)) if affine else None
-        self.bias = nn.Parameter(torch.zeros(ndim)) if bias and affine else None
-
-    def forward(self, x):
-        return F.layer_norm(x, (self.ndim,), self.weight, self.bias, 1e-5)
+def rotate(x, pos):
+    """Rotary positions (RoPE, Su et al. 2021) of queries or keys x (B, nh, T, hs) at pos (T,): a query-key product then
+    depends only on their distance. An odd head size (the write-up's cross-attention: 15) leaves its last column."""
+    d = x.size(-1) // 2 * 2
+    # theta_i = 10000^(-2i/d), i = 0 .. d/2 - 1
+    theta = 10000.0 ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
+    angle = pos[:, None].float() * theta  # (T, d/2)
+    cos, sin, x1, x2 = angle.cos().to(x.dtype), angle.sin().to(x.dtype), x[..., :d // 2], x[..., d // 2:d]
+    # (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos, x[..., d:]), dim=-1)
 
 
 def causal_attention(q, k, v, dropout_p, mask=None):
     """Plain causal attention over the same T positions; a KV cache passes the (T, L) mask of the keys it may see."""
     hs = q.size(-1)
-    # The fused attention kernels are up to 1.6x slower for head sizes that are not a multiple of 8 (the write-up's
-    # cross-attention has 15). Zero columns change no dot product and give zero output columns. (A KV cache holds
-    # its keys / values padded already.)
+    # Fused attention runs up to 1.6x slower on head sizes that are not a multiple of 8 (the write-up's cross-attention:
+    # 15); zero columns change no dot product and give zero outputs (a KV cache holds its keys / values padded).
     q, k, v = (F.pad(t, (0, -t.size(-1) % 8)) if t.size(-1) % 8 else t for t in (q, k, v))
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=mask is None,
                                        scale=1 / math.sqrt(hs))
@@ -99,19 +98,21 @@ class Attention(nn.Module):
             self.qkv_proj = nn.Linear(C, 3 * C, bias=config.bias)  # fused q, k, v
         self.out_proj = nn.Linear(C, C, bias=config.bias)
         self.out_proj.residual = True  # gets the 1/sqrt(2 x layers) init
-        self.dropout, self.resid_dropout = config.dropout, nn.Dropout(config.dropout)
+        self.dropout, self.resid_dropout, self.rotary = config.dropout, nn.Dropout(config.dropout), config.rotary
 
-    def forward(self, x, context=None, cache=None):
+    def forward(self, x, pos, context=None, cache=None):
         B, T, C = x.size()
         nh, hs = self.n_head, C // self.n_head
         q, kv = (self.q_proj(x), self.kv_proj(context)) if self.cross else self.qkv_proj(x).split([C, 2 * C], dim=2)
         q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
         kv = kv.view(B, T, 2, nh, hs).permute(2, 0, 3, 1, 4)  # (2, B, nh, T, hs): keys, values
+        if self.rotary:  # queries and keys turned by their positions (cross-attention: the encoder's are the same)
+            q, kv = rotate(q, pos), torch.stack((rotate(kv[0], pos), kv[1]))
         if cache is not None:  # this module's keys / values of every position so far, in one buffer per module
             buffers = cache["kv"]  # keyed by the module's number: fixed shapes and plain keys, so decoding compiles
             if self.number not in buffers:  # allocated once for the whole context, head size padded to a multiple of 8
                 buffers[self.number] = kv.new_zeros(2, B, nh, self.context_size, hs + -hs % 8)
-            buffers[self.number][..., cache["positions"], :hs] = kv  # written in place at the current positions
+            buffers[self.number][..., pos, :hs] = kv  # written in place at the current positions
             kv = buffers[self.number]
         y = causal_attention(q, kv[0], kv[1], self.dropout if self.training else 0.0, cache and cache["mask"])
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side again
@@ -135,13 +136,13 @@ class Block(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.ln_1 = LayerNorm(config.n_embed, config.bias)
+        self.ln_1 = nn.LayerNorm(config.n_embed, bias=config.bias)
         self.attn = Attention(config, config.n_head)
-        self.ln_2 = LayerNorm(config.n_embed, config.bias)
+        self.ln_2 = nn.LayerNorm(config.n_embed, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x, cache=None):
-        x = x + self.attn(self.ln_1(x), cache=cache)
+    def forward(self, x, pos, cache=None):
+        x = x + self.attn(self.ln_1(x), pos, cache=cache)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -150,21 +151,21 @@ class DecoderBlock(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.ln_1 = LayerNorm(config.n_embed, config.bias)
+        self.ln_1 = nn.LayerNorm(config.n_embed, bias=config.bias)
         self.attn = Attention(config, config.n_head)
-        self.ln_cross_q = LayerNorm(config.n_embed, config.bias)  # the decoder side of the cross-attention
-        self.ln_cross_kv = LayerNorm(config.n_embed, config.bias)  # the encoder side, this block's own
+        self.ln_cross_q = nn.LayerNorm(config.n_embed, bias=config.bias)  # the decoder side of the cross-attention
+        self.ln_cross_kv = nn.LayerNorm(config.n_embed, bias=config.bias)  # the encoder side, this block's own
         self.cross_attn = Attention(config, config.cross_n_head, cross=True)
-        self.ln_2 = LayerNorm(config.n_embed, config.bias)
+        self.ln_2 = nn.LayerNorm(config.n_embed, bias=config.bias)
         self.mlp = MLP(config)
         self.cross_first = config.decoder_order == "cross_first"
 
-    def forward(self, x, encoder_out, cache=None):
+    def forward(self, x, encoder_out, pos, cache=None):
         def self_attend(x):
-            return x + self.attn(self.ln_1(x), cache=cache)
+            return x + self.attn(self.ln_1(x), pos, cache=cache)
 
         def cross_attend(x):
-            return x + self.cross_attn(self.ln_cross_q(x), self.ln_cross_kv(encoder_out), cache=cache)
+            return x + self.cross_attn(self.ln_cross_q(x), pos, self.ln_cross_kv(encoder_out), cache=cache)
 
         x = self_attend(cross_attend(x)) if self.cross_first else cross_attend(self_attend(x))
         return x + self.mlp(self.ln_2(x))
@@ -178,29 +179,29 @@ class Transformer(nn.Module):
         # positions 1..T of the "next tokens" are used when subtracting / adding them, hence one more row
         next_pos = c.sub_pos_embed != "no" or bool(c.add_pos_embed_to_decoder)
         self.wte = nn.Embedding(c.vocab_size, c.n_embed)
-        self.wpe = nn.Embedding(c.context_size + next_pos, c.n_embed)
+        # with rotary positions, a learned table only where it is subtracted or added (it is not added to E)
+        self.wpe = nn.Embedding(c.context_size + next_pos, c.n_embed) if next_pos or not c.rotary else None
         self.drop = nn.Dropout(c.dropout)
         n_enc = c.n_encoder_layer if encdec else c.n_layer
         self.blocks = nn.ModuleList([Block(c) for _ in range(n_enc)])  # the baseline's layers, or the encoder
         if encdec:
             self.decoder_in = nn.Linear(c.n_embed, c.n_embed, bias=c.bias)
             self.decoder_blocks = nn.ModuleList([DecoderBlock(c) for _ in range(c.n_decoder_layer)])
-        self.ln_f = LayerNorm(c.n_embed, c.bias)
+        self.ln_f = nn.LayerNorm(c.n_embed, bias=c.bias)
         if c.sub_pos_embed == "yes_ln":
-            self.ln_sub_pos = LayerNorm(c.n_embed, c.bias)
+            self.ln_sub_pos = nn.LayerNorm(c.n_embed, bias=c.bias)
         if c.embedding_loss != "none":
             # LayerNorm_a and LayerNorm_b are full LayerNorms (weight and bias) whatever `bias` says: the
             # write-ups' parameter counts include their biases. Only this loss trains them, and gains of 0 with
             # equal biases make it 0 whatever E is; embedding_ln_affine=False rules that shortcut out.
             if c.embedding_ln != "none":
-                self.ln_embed = LayerNorm(c.n_embed, bias=True, affine=c.embedding_ln_affine)
+                self.ln_embed = nn.LayerNorm(c.n_embed, elementwise_affine=c.embedding_ln_affine)
             if c.encoder_out_ln:
-                self.ln_encoder_out = LayerNorm(c.n_embed, bias=True, affine=c.embedding_ln_affine)
+                self.ln_encoder_out = nn.LayerNorm(c.n_embed, elementwise_affine=c.embedding_ln_affine)
         self.lm_head = nn.Linear(c.n_embed, c.vocab_size, bias=False)
         self.wte.weight = self.lm_head.weight  # weight tying
         for number, attention in enumerate(m for m in self.modules() if isinstance(m, Attention)):
             attention.number = number  # its buffer in a KV cache
-
         # GPT-2 init; residual projections scaled by 1/sqrt(2 x layers)
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
@@ -211,7 +212,7 @@ class Transformer(nn.Module):
 
     def num_params(self):
         """Parameters without the positional embedding (as the write-ups count); the tied output layer counts once."""
-        return sum(p.numel() for p in self.parameters()) - self.wpe.weight.numel()
+        return sum(p.numel() for p in self.parameters()) - (self.wpe.weight.numel() if self.wpe else 0)
 
     def hidden_states(self, idx, cache=None):
         """The three stacks: the states before the output layer (B, T, C), E, and the encoder output. cache: {}, or
@@ -223,25 +224,25 @@ class Transformer(nn.Module):
             cache.update(kv={}, length=torch.zeros((), dtype=torch.long, device=idx.device))
         pos = torch.arange(T, device=idx.device) + (0 if cache is None else cache["length"])
         if cache is not None:  # query i, at position pos[i], sees the keys up to it (not the rest of the buffer)
-            cache = {**cache, "positions": pos, "mask": torch.arange(c.context_size, device=idx.device) <= pos[:, None]}
-        # E = token embedding + positional embedding
-        E = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
+            cache = {**cache, "mask": torch.arange(c.context_size, device=idx.device) <= pos[:, None]}
+        # E = token embedding + positional embedding (rotary positions: the token embedding alone)
+        E = self.drop(self.wte(idx) if c.rotary else self.wte(idx) + self.wpe(pos))  # (B, T, C)
 
         if c.variant == "baseline":
             x = E
             for block in self.blocks:
-                x = block(x, cache)
+                x = block(x, pos, cache)
             encoder_out = None
         elif c.variant == "encdec":
             encoder_out = E
             for block in self.blocks:
-                encoder_out = block(encoder_out, cache)
+                encoder_out = block(encoder_out, pos, cache)
             # the decoder starts from a linear layer on the encoder output
             x = self.decoder_in(encoder_out)
             if c.add_pos_embed_to_decoder:
                 x = x + self.wpe(pos + 1)  # the next tokens' positions
             for block in self.decoder_blocks:
-                x = block(x, encoder_out, cache)
+                x = block(x, encoder_out, pos, cache)
         else:  # parallel: layer i runs an encoder block and a decoder block that reads that layer's encoder output
             x = self.decoder_in(E)  # the decoder starts from a linear layer on E
             if c.add_pos_embed_to_decoder:
@@ -249,9 +250,9 @@ class Transformer(nn.Module):
             encoder_out = E
             first_paired = len(self.blocks) - len(self.decoder_blocks)  # a shallower decoder: beside the last layers
             for i, block in enumerate(self.blocks):
-                encoder_out = block(encoder_out, cache)
+                encoder_out = block(encoder_out, pos, cache)
                 if i >= first_paired:
-                    x = self.decoder_blocks[i - first_paired](x, encoder_out, cache)
+                    x = self.decoder_blocks[i - first_paired](x, encoder_out, pos, cache)
 
         x = self.ln_f(x)
         if c.sub_pos_embed != "no":
@@ -463,8 +464,7 @@ def check_flags(c):
                 fail(flag, "it applies only with an embedding loss (embedding_loss=mse, cosine or log_cosine)")
     else:
         fill(EMBEDDING_LOSS_DEFAULTS)
-        for flag in ("embedding_ln", "detach"):
-            choose(flag)
+        choose("embedding_ln"), choose("detach")
         if not c.embedding_loss_coeff > 0:
             fail("embedding_loss_coeff", "use a positive number")
     if c.variant != "baseline":

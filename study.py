@@ -72,6 +72,16 @@ SUITES = {
                          download=["--wikitext2=valid", "--wikitext2_val=test"],
                          args=["--dataset=wikitext2_valid-test_gpt2c", "--vocab_size=18013", "--eval_interval=100"],
                          runs=["baseline", "encdec_none", "encdec_mse_pos_sub_coeff1", "baseline_slow"]),
+    # The write-up's next steps on gpt2_heldout's 60 articles, against that suite's baseline and bare encoder-decoder
+    # (read from there, not trained again): its 8 layers split 2 + 6 and 6 + 2 (4 + 4 is encdec_none), and rotary
+    # positions with and without pos sub; its claims (NEXT_STEPS) are a family of their own
+    "gpt2_next": dict(results="results/gpt2_next", config="cpu_gpt2_", seeds=[0, 1, 2, 3, 4], max_iters=3000,
+                      dataset="wikitext2_valid-test_gpt2c", prepare=["--tokenizer=gpt2", "--compact_vocab"],
+                      download=["--wikitext2=valid", "--wikitext2_val=test"], reference="gpt2_heldout",
+                      args=["--dataset=wikitext2_valid-test_gpt2c", "--vocab_size=18013", "--eval_interval=100"],
+                      figures=["best_val", "late_val"],
+                      runs=["encdec_none_2_6", "encdec_none_6_2", "baseline_rotary", "encdec_none_rotary",
+                            "baseline_rotary_pos_sub", "encdec_rotary_pos_sub"]),
     # The write-up's own table at its own scale: config/paper_<run>.py as written (9,000 steps of 160,000 tokens), on
     # WikiText-103 articles sized to its token files (prepare_wikipedia.py --wikitext103), on CUDA with bf16 autocast
     # and torch.compile, one run per visible GPU; the primary comparisons first (docs/reproduce.md pre-registers them)
@@ -463,12 +473,30 @@ SECONDARY = [
 ]
 
 
+# The write-up's next steps (none of which it ran): the gpt2_next suite's claims, one family
+NEXT_STEPS = [("2 + 6 layers beat 4 + 4", "encdec_none_2_6", "encdec_none", None),
+              ("6 + 2 layers beat 4 + 4", "encdec_none_6_2", "encdec_none", None),
+              ("2 + 6 layers beat the baseline", "encdec_none_2_6", "baseline", None),
+              ("6 + 2 layers beat the baseline", "encdec_none_6_2", "baseline", None),
+              ("rotary positions help the baseline", "baseline_rotary", "baseline", None),
+              ("rotary positions help the bare encoder-decoder", "encdec_none_rotary", "encdec_none", None),
+              ("with rotary positions, the bare encoder-decoder beats the baseline", "encdec_none_rotary",
+               "baseline_rotary", None),
+              ("with rotary positions, pos sub helps the baseline", "baseline_rotary_pos_sub", "baseline_rotary", None),
+              ("with rotary positions, pos sub helps the encoder-decoder", "encdec_rotary_pos_sub",
+               "encdec_none_rotary", None)]
+
+
 def claim_rows(suite, logs):
     """Every comparison of a suite as a row: family, claim, A, B, figure, the write-up's A - B and the paired
     statistics, in the order they are declared. The discriminating figures of the primary comparisons (see
-    fit_or_overfit) join the secondary family."""
+    fit_or_overfit) join the secondary family. The gpt2_next suite has the one family of NEXT_STEPS."""
     s = SUITES[suite]
     rows = []
+    if suite == "gpt2_next":
+        return [dict(family="next steps", claim=claim, a=a, b=b, figure=key, writeup=writeup,
+                     **paired(logs, a, b, key)) for claim, a, b, writeup in NEXT_STEPS if a in logs and b in logs
+                for key in s["figures"]]
     for family, claims in (("primary", PRIMARY), ("secondary", SECONDARY)):
         for claim, a, b, writeup in claims:
             a = s["best"] if a == "best" else a
@@ -600,7 +628,7 @@ def regime(suite, logs):
     """The regime of a suite against the write-up's: parameters with and without the token embedding, tokens, passes,
     losses of the baseline, and a bigram model's val loss where the suite's data is prepared."""
     from model import ModelConfig, build_model
-    namespace = read_config(os.path.join(ROOT, "config", f"{SUITES[suite]['config']}baseline.py"))
+    namespace = run_settings(suite, "baseline")  # its config with the suite's overrides (gpt2_heldout's vocabulary)
     data = os.path.join(ROOT, "data", SUITES[suite]["dataset"])
     meta = json.load(open(os.path.join(data, "meta.json"))) if os.path.exists(os.path.join(data, "meta.json")) else {}
     namespace["vocab_size"] = namespace.get("vocab_size") or meta.get("vocab_size", 50257)  # paper configs: the data's
@@ -622,15 +650,17 @@ def regime(suite, logs):
 def summary(suite, results, max_iters=None, seeds=None):
     """The tables of a suite's finished runs (those whose log reaches max_iters, or the suite's steps)."""
     s = SUITES[suite]
-    logs = load(results, s["runs"], seeds or s["seeds"] + s.get("extra_seeds", []),
-                lambda run: max_iters or suite_iters(suite, run))
+    seeds = seeds or s["seeds"] + s.get("extra_seeds", [])
+    logs = load(results, s["runs"], seeds, lambda run: max_iters or suite_iters(suite, run))
+    if s.get("reference"):  # the runs it is compared with, from the suite that trained them
+        reference = load(os.path.join(ROOT, SUITES[s["reference"]]["results"]), ["baseline", "encdec_none"], seeds,
+                         lambda run: max_iters or suite_iters(s["reference"], run))
+        logs = {**reference, **logs}
     diffs = ("best_val", "late_val", "final_val")
     print("| run | seeds | best val | smoothed best val | at step | late val | final val | final train | val - train | "
           + " | ".join(f"{key.replace('_', ' ')} - baseline (95% CI)" for key in diffs) + " |")
     print("|---" * 12 + "|")
-    for run in s["runs"]:
-        if run not in logs:
-            continue
+    for run in logs:
         f = [dict(run_figures(log), smoothed=smoothed_best(log)) for log in logs[run].values()]
         mean = {k: np.mean([x[k] for x in f])
                 for k in ("best_val", "smoothed", "best_iter", "late_val", "final_val", "final_train", "gap")}

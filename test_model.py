@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import tiny_model
-from model import Attention, ModelConfig, build_model, causal_attention, logits_needed
+from model import Attention, ModelConfig, build_model, causal_attention, logits_needed, rotate
 
 TINY = dict(vocab_size=37, context_size=12, n_embed=16, n_head=2, n_layer=2)
 
@@ -57,11 +57,13 @@ def test_num_params_excludes_positional_embedding_and_counts_tied_output_once():
 def valid_flag_combinations():
     """Every value of every flag on both encoder-decoders (the others at their defaults), plus combinations of them."""
     combos = [dict(variant="baseline", sub_pos_embed=s) for s in ("no", "yes", "yes_ln")]
+    combos += [dict(variant="baseline", rotary=True), dict(variant="baseline", rotary=True, sub_pos_embed="yes")]
     one_at_a_time = [dict(embedding_loss=v) for v in ("none", "mse", "cosine", "log_cosine")] + \
         [dict(embedding_ln=v) for v in ("none", "init", "avg_cum_sum")] + [dict(encoder_out_ln=False)] + \
         [dict(detach=v) for v in ("none", "embedding")] + [dict(sub_pos_embed=v) for v in ("no", "yes_ln")] + \
         [dict(add_pos_embed_to_decoder=True), dict(decoder_order="cross_first"),
-         dict(n_encoder_layer=3, n_decoder_layer=1)]
+         dict(n_encoder_layer=3, n_decoder_layer=1), dict(rotary=True),
+         dict(rotary=True, embedding_loss="none", sub_pos_embed="no")]
     together = [dict(embedding_loss=loss, embedding_ln=ln, sub_pos_embed=sub, add_pos_embed_to_decoder=True,
                      decoder_order="cross_first", n_encoder_layer=3, n_decoder_layer=1, detach="none")
                 for loss, ln, sub in (("cosine", "avg_cum_sum", "yes_ln"), ("log_cosine", "none", "yes"),
@@ -113,7 +115,12 @@ DECODE_FLAGS = [  # every flag that changes the decoding path, and head sizes th
     dict(variant="encdec", sub_pos_embed="yes_ln", encoder_out_ln=False, embedding_ln="avg_cum_sum", cross_n_head=2),
     dict(variant="encdec", embedding_loss="none", sub_pos_embed="no", n_encoder_layer=3, n_decoder_layer=1),
     dict(variant="parallel", n_encoder_layer=3, n_decoder_layer=2),
-    dict(variant="parallel", add_pos_embed_to_decoder=True, sub_pos_embed="yes_ln", decoder_order="cross_first")]
+    dict(variant="parallel", add_pos_embed_to_decoder=True, sub_pos_embed="yes_ln", decoder_order="cross_first"),
+    # rotary positions in every variant, with and without a learned table for pos sub; odd head sizes (5 and 3)
+    dict(variant="baseline", rotary=True), dict(variant="baseline", rotary=True, sub_pos_embed="yes"),
+    dict(variant="encdec", rotary=True), dict(variant="encdec", rotary=True, embedding_loss="none", sub_pos_embed="no"),
+    dict(variant="encdec", rotary=True, n_embed=15, n_head=3, cross_n_head=5, decoder_order="cross_first"),
+    dict(variant="parallel", rotary=True, add_pos_embed_to_decoder=True, n_decoder_layer=1)]
 
 
 @pytest.mark.parametrize("flags", DECODE_FLAGS)
@@ -147,6 +154,10 @@ def test_cache_is_preallocated_per_attention_module_and_written_in_place(variant
 @pytest.mark.parametrize("flags", DECODE_FLAGS)
 def test_greedy_generation_with_cache_equals_without_also_past_context_size(flags):
     model = tiny(**flags, dropout=0.1).eval()
+    with torch.no_grad():  # larger layer weights: at init an untrained model may just repeat the last token
+        for name, p in model.named_parameters():
+            if p.dim() == 2 and name not in ("wte.weight", "lm_head.weight"):
+                p.mul_(10)
     prompt = tokens(B=2, T=5)
     new = 2 * TINY["context_size"]  # the window slides for most of these steps
     with_cache = model.generate(prompt, new, top_k=1, use_cache=True)
@@ -156,7 +167,8 @@ def test_greedy_generation_with_cache_equals_without_also_past_context_size(flag
     assert len(set(with_cache[0, 5:].tolist())) > 1  # not a degenerate repeated token
 
 
-@pytest.mark.parametrize("flags", [DECODE_FLAGS[2], DECODE_FLAGS[4], DECODE_FLAGS[8]], ids=lambda f: f["variant"])
+@pytest.mark.parametrize("flags", [DECODE_FLAGS[i] for i in (2, 4, 8, 13)],
+                         ids=lambda f: f["variant"] + ("_rotary" if f.get("rotary") else ""))
 def test_compiled_decode_step_is_one_graph_for_every_position_and_gives_the_eager_tokens(flags):
     torch._dynamo.reset()  # each model compiles its own step
     model = tiny(**flags).eval()
@@ -308,9 +320,10 @@ def test_training_loss_is_cross_entropy_plus_coeff_times_embedding_loss():
     assert model(idx, targets)[1].item() == pytest.approx(ce.item(), rel=1e-5)  # evaluation reports cross-entropy
 
 
+@pytest.mark.parametrize("rotary", [False, True])
 @pytest.mark.parametrize("variant", ["baseline", "encdec"])
-def test_sub_pos_embed_subtracts_the_next_positions_before_the_output_layer(variant):
-    model = tiny(variant=variant, sub_pos_embed="yes").eval()
+def test_sub_pos_embed_subtracts_the_next_positions_before_the_output_layer(variant, rotary):
+    model = tiny(variant=variant, sub_pos_embed="yes", rotary=rotary).eval()
     assert model.wpe.weight.size(0) == TINY["context_size"] + 1
     seen = {}
     model.ln_f.register_forward_hook(lambda m, i, out: seen.setdefault("h", out))
@@ -445,3 +458,45 @@ def test_attention_padded_to_a_multiple_of_8_equals_plain_attention(head_size, T
     y = causal_attention(q, k, v, 0.0, None if T == L else visible)  # a KV cache passes its mask
     assert y.shape == (2, 3, T, head_size)
     torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-6)
+
+
+# --- rotary positions ---
+
+def test_rotary_query_key_products_depend_only_on_the_distance():
+    # head size 7: its last column is not turned
+    q, k = torch.randn(2, 3, 1, 7, generator=torch.Generator().manual_seed(0)).unbind(0)
+    def product(p, m):
+        return (rotate(q, torch.tensor([p])) * rotate(k, torch.tensor([m]))).sum(-1)
+    torch.testing.assert_close(product(5, 2), product(105, 102))  # distance 3 at any offset
+    torch.testing.assert_close(product(0, 0), (q * k).sum(-1))  # position 0 turns nothing
+    assert not torch.allclose(product(5, 2), product(5, 1))  # another distance, another product
+    turned = rotate(q, torch.tensor([9]))
+    torch.testing.assert_close(turned.norm(dim=-1), q.norm(dim=-1))  # a rotation: lengths stay
+    assert torch.equal(turned[..., 6], q[..., 6])
+
+
+@pytest.mark.parametrize("variant", ["baseline", "encdec", "parallel"])
+def test_rotary_positions_leave_E_without_a_position_and_the_parameter_count_as_it_was(variant):
+    flags = dict(variant=variant, sub_pos_embed="no", **({} if variant == "baseline" else dict(embedding_loss="none")))
+    learned, rotary = tiny(**flags), tiny(**flags, rotary=True)
+    assert rotary.wpe is None and "wpe.weight" not in rotary.state_dict()  # no table to learn
+    assert rotary.num_params() == learned.num_params()  # the write-ups' count leaves positions out either way
+    idx = tokens()
+    seen = {}
+    rotary.drop.register_forward_hook(lambda m, i, out: seen.setdefault("E", out))
+    rotary(idx, idx)
+    torch.testing.assert_close(seen["E"], rotary.wte(idx))
+    with_table = tiny(**{**flags, "sub_pos_embed": "yes"}, rotary=True)  # a table used only to be subtracted
+    assert with_table.wpe.weight.size(0) == TINY["context_size"] + 1
+
+
+def test_a_rotary_model_differs_from_the_learned_table_model_only_in_its_positions():
+    # the same weights (the learned table zeroed): rotary positions change the output, and only through attention
+    learned, rotary = tiny(variant="encdec"), tiny(variant="encdec", rotary=True)
+    with torch.no_grad():
+        learned.wpe.weight[0].zero_()  # position 0 is where a rotation is the identity
+    rotary.load_state_dict(learned.state_dict())
+    idx = tokens()
+    a, b = learned.eval()(idx[:, :1], idx[:, :1])[0], rotary.eval()(idx[:, :1], idx[:, :1])[0]
+    torch.testing.assert_close(a, b)  # one token at position 0: the same model
+    assert not torch.allclose(learned(idx, idx)[0], rotary(idx, idx)[0])

@@ -88,6 +88,59 @@ def test_gpt2_suite_changes_one_thing_at_a_time():
     assert configs["encdec_dropout"].dropout == configs["dropout_baseline"].dropout == 0.2
 
 
+def next_steps_model(run):
+    """A gpt2_next run's model at the suite's vocabulary (its --vocab_size override)."""
+    settings, _ = model_of("gpt2_next", run)
+    settings.update(study.parse_overrides(study.SUITES["gpt2_next"]["args"]))
+    return build_model(ModelConfig(**{k: v for k, v in settings.items() if k in ModelConfig.flags()}))
+
+
+def test_next_steps_split_eight_layers_and_add_rotary_positions_one_change_at_a_time():
+    models = {run: next_steps_model(run) for run in study.SUITES["gpt2_next"]["runs"] + ["baseline", "encdec_none"]}
+    c = {run: model.config for run, model in models.items()}
+    assert study.SUITES["gpt2_next"]["args"] == study.SUITES["gpt2_heldout"]["args"]  # comparable with its runs
+    splits = {run: (c[run].n_encoder_layer, c[run].n_decoder_layer) for run in ("encdec_none_2_6", "encdec_none",
+                                                                                 "encdec_none_6_2")}
+    assert list(splits.values()) == [(2, 6), (4, 4), (6, 2)]
+    for run in splits:  # as in the write-up: an encoder-decoder has at most the baseline's parameters
+        assert models[run].num_params() <= models["baseline"].num_params(), run
+    assert [models[run].num_params() for run in splits] == [1_518_120, 1_489_080, 1_460_040]
+    for run, sibling in (("baseline_rotary", "baseline"), ("encdec_none_rotary", "encdec_none")):
+        assert c[run].rotary and not c[sibling].rotary and models[run].wpe is None
+        assert models[run].num_params() == models[sibling].num_params()
+        assert {k: v for k, v in vars(c[run]).items() if k != "rotary"} == \
+            {k: v for k, v in vars(c[sibling]).items() if k != "rotary"}
+    for run, sibling in (("baseline_rotary_pos_sub", "baseline_rotary"),
+                         ("encdec_rotary_pos_sub", "encdec_none_rotary")):
+        assert (c[run].sub_pos_embed, c[sibling].sub_pos_embed) == ("yes", "no") and c[run].rotary
+        assert {k: v for k, v in vars(c[run]).items() if k != "sub_pos_embed"} == \
+            {k: v for k, v in vars(c[sibling]).items() if k != "sub_pos_embed"}
+
+
+def test_next_steps_summary_reads_its_references_from_the_heldout_suite_and_corrects_its_own_family(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(study.SUITES["gpt2_heldout"], "results", str(tmp_path / "heldout"))
+    rng = np.random.default_rng(0)
+    shift = {"baseline": 0.0, "encdec_none": 0.0, "encdec_none_2_6": -0.2, "encdec_none_6_2": 0.001}
+    for run, folder in (("baseline", "heldout"), ("encdec_none", "heldout"), ("encdec_none_2_6", "next"),
+                        ("encdec_none_6_2", "next")):
+        for seed in range(5):
+            write_log(tmp_path / folder / f"{run}_seed{seed}", [0, 1500, 3000])
+            path = tmp_path / folder / f"{run}_seed{seed}" / "log.jsonl"
+            records = [json.loads(line) for line in open(path)]
+            noise = rng.normal(0, 0.01)
+            path.write_text("".join(json.dumps(dict(r, val_loss=r["val_loss"] + shift[run] + noise)) + "\n"
+                                    for r in records))
+    rows = study.with_holm(study.claim_rows("gpt2_next", study.summary("gpt2_next", str(tmp_path / "next"))))
+    out = capsys.readouterr().out
+    assert "| baseline | 5 |" in out and "| encdec_none_2_6 | 5 |" in out  # the references are in the table
+    assert {r["family"] for r in rows} == {"next steps"} and all(r["m"] == len(rows) for r in rows)
+    assert len(rows) == 4 * 2  # the four split claims that have runs, at best and late val
+    verdicts = {(r["claim"], r["figure"]): r["adjusted"] for r in rows}
+    assert verdicts[("2 + 6 layers beat 4 + 4", "best_val")] == "holds"
+    assert verdicts[("6 + 2 layers beat 4 + 4", "late_val")] == "not detected"
+
+
 def log(*val_losses, train=1.0):
     return [{"iter": 10 * i, "val_loss": v, "train_loss": train} for i, v in enumerate(val_losses)]
 
