@@ -74,12 +74,13 @@ SUITES = {
                          runs=["baseline", "encdec_none", "encdec_mse_pos_sub_coeff1", "baseline_slow"]),
     # The write-up's next steps on gpt2_heldout's 60 articles, against that suite's baseline and bare encoder-decoder
     # (read from there, not trained again): its 8 layers split 2 + 6 and 6 + 2 (4 + 4 is encdec_none), and rotary
-    # positions with and without pos sub; its claims (NEXT_STEPS) are a family of their own
+    # positions with and without pos sub; its claims (NEXT_STEPS) are a family of their own. First, one seed each of
+    # the pictures' runs: checkpoints for notebooks/loss_curves.ipynb's look at the embeddings (section 3)
     "gpt2_next": dict(results="results/gpt2_next", config="cpu_gpt2_", seeds=[0, 1, 2, 3, 4], max_iters=3000,
                       dataset="wikitext2_valid-test_gpt2c", prepare=["--tokenizer=gpt2", "--compact_vocab"],
                       download=["--wikitext2=valid", "--wikitext2_val=test"], reference="gpt2_heldout",
                       args=["--dataset=wikitext2_valid-test_gpt2c", "--vocab_size=18013", "--eval_interval=100"],
-                      figures=["best_val", "late_val"],
+                      figures=["best_val", "late_val"], pictures=["baseline_pos_sub", "encdec_pos_sub", "encdec_mse"],
                       runs=["encdec_none_2_6", "encdec_none_6_2", "baseline_rotary", "encdec_none_rotary",
                             "baseline_rotary_pos_sub", "encdec_rotary_pos_sub"]),
     # The write-up's own table at its own scale: config/paper_<run>.py as written (9,000 steps of 160,000 tokens), on
@@ -781,11 +782,12 @@ def main(argv=None):
     core = suite["runs"][:suite.get("core", 0)]
     groups = [core, [run for run in suite["runs"] if run not in core]]  # the core first: its verdicts come first
     extra_seeds = [] if args.seeds else suite.get("extra_seeds", [])
-    print(f"{args.suite} study: {len(suite['runs']) * len(seeds)} runs into {os.path.relpath(results)}/"
+    pictures = [(run, seeds[0]) for run in suite.get("pictures", [])]  # one seed each, before the rest
+    print(f"{args.suite} study: {len(suite['runs']) * len(seeds) + len(pictures)} runs into {os.path.relpath(results)}/"
           + (f" ({len(gpus)} GPU(s), one run on each)" if gpus else f" ({args.jobs} at a time)")
           + (f", and seeds {extra_seeds} where needed" if extra_seeds else "")
           + "; finished ones are kept (use --results=FOLDER to train them all again)", flush=True)
-    failed = 0
+    failed = run_all(args.suite, results, pictures, max_iters, args.jobs, overrides, gpus) if pictures else 0
     for group in filter(None, groups):
         # seed by seed: a partial study covers every run
         jobs = [(run, seed) for seed in seeds for run in group]

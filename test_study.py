@@ -29,7 +29,7 @@ def model_of(suite, run):
 @pytest.mark.parametrize("suite", sorted(study.SUITES))
 def test_every_run_of_a_suite_has_a_config_on_the_suites_dataset(suite):
     args = dict(arg[2:].split("=", 1) for arg in study.SUITES[suite].get("args", []))  # the suite's overrides
-    for run in study.SUITES[suite]["runs"]:
+    for run in study.SUITES[suite]["runs"] + study.SUITES[suite].get("pictures", []):
         namespace, _ = model_of(suite, run)
         assert args.get("dataset", namespace["dataset"]) == study.SUITES[suite]["dataset"], run
 
@@ -139,6 +139,16 @@ def test_next_steps_summary_reads_its_references_from_the_heldout_suite_and_corr
     verdicts = {(r["claim"], r["figure"]): r["adjusted"] for r in rows}
     assert verdicts[("2 + 6 layers beat 4 + 4", "best_val")] == "holds"
     assert verdicts[("6 + 2 layers beat 4 + 4", "late_val")] == "not detected"
+
+
+def test_next_steps_trains_one_seed_of_each_pictures_run_first_then_its_runs_seed_by_seed(tmp_path, monkeypatch):
+    batches = []
+    monkeypatch.setattr(study, "run_all", lambda suite, results, jobs, *args: batches.append(jobs) or 0)
+    monkeypatch.setattr(study.subprocess, "run", lambda *args, **kw: subprocess.CompletedProcess(args, 0))  # data
+    assert study.main(["--suite=gpt2_next", f"--results={tmp_path}"]) == 0
+    assert batches[0] == [("baseline_pos_sub", 0), ("encdec_pos_sub", 0), ("encdec_mse", 0)]
+    runs = study.SUITES["gpt2_next"]["runs"]
+    assert batches[1] == [(run, seed) for seed in range(5) for run in runs] and len(batches) == 2
 
 
 def log(*val_losses, train=1.0):
