@@ -346,8 +346,8 @@ class Transformer(nn.Module):
         lm_head_t = self.lm_head.weight.T.contiguous()  # (C, vocab): one row's logits come ~4x faster on a CPU
         for _ in range(max_new_tokens):
             if use_cache and 0 < filled < ctx:
-                # only the newest token; contiguous, as a view of idx has a new stride at each step
-                logits, filled = one_token_step(idx[:, -1:].contiguous(), cache, lm_head_t), filled + 1
+                # only the newest token: idx_next, not a view of idx, whose strides change at each step (a recompile)
+                logits, filled = one_token_step(idx_next, cache, lm_head_t), filled + 1
             else:  # the whole window: first step, no cache, or a sliding window
                 cache = {} if use_cache else None
                 logits, filled = self.decode_step(idx[:, -ctx:], cache, lm_head_t), min(idx.size(1), ctx)
