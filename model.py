@@ -176,10 +176,9 @@ class Transformer(nn.Module):
         super().__init__()
         self.config = c = config
         encdec = c.variant != "baseline"
-        # positions 1..T of the "next tokens" are used when subtracting / adding them, hence one more row
+        # one row more for the next tokens' positions 1..T where they are subtracted / added; rotary: a table only then
         next_pos = c.sub_pos_embed != "no" or bool(c.add_pos_embed_to_decoder)
         self.wte = nn.Embedding(c.vocab_size, c.n_embed)
-        # with rotary positions, a learned table only where it is subtracted or added (it is not added to E)
         self.wpe = nn.Embedding(c.context_size + next_pos, c.n_embed) if next_pos or not c.rotary else None
         self.drop = nn.Dropout(c.dropout)
         n_enc = c.n_encoder_layer if encdec else c.n_layer
@@ -227,6 +226,8 @@ class Transformer(nn.Module):
             cache = {**cache, "mask": torch.arange(c.context_size, device=idx.device) <= pos[:, None]}
         # E = token embedding + positional embedding (rotary positions: the token embedding alone)
         E = self.drop(self.wte(idx) if c.rotary else self.wte(idx) + self.wpe(pos))  # (B, T, C)
+        # the next tokens' positions 1..T: subtracted before the output layer, or added to the decoder's input
+        next_pos_embed = self.wpe(pos + 1) if c.sub_pos_embed != "no" or c.add_pos_embed_to_decoder else None
 
         if c.variant == "baseline":
             x = E
@@ -240,13 +241,13 @@ class Transformer(nn.Module):
             # the decoder starts from a linear layer on the encoder output
             x = self.decoder_in(encoder_out)
             if c.add_pos_embed_to_decoder:
-                x = x + self.wpe(pos + 1)  # the next tokens' positions
+                x = x + next_pos_embed
             for block in self.decoder_blocks:
                 x = block(x, encoder_out, pos, cache)
         else:  # parallel: layer i runs an encoder block and a decoder block that reads that layer's encoder output
             x = self.decoder_in(E)  # the decoder starts from a linear layer on E
             if c.add_pos_embed_to_decoder:
-                x = x + self.wpe(pos + 1)
+                x = x + next_pos_embed
             encoder_out = E
             first_paired = len(self.blocks) - len(self.decoder_blocks)  # a shallower decoder: beside the last layers
             for i, block in enumerate(self.blocks):
@@ -257,7 +258,7 @@ class Transformer(nn.Module):
         x = self.ln_f(x)
         if c.sub_pos_embed != "no":
             # subtract the positional embedding of the next token before the output layer
-            x = x - self.wpe(pos + 1)
+            x = x - next_pos_embed
             if c.sub_pos_embed == "yes_ln":
                 x = self.ln_sub_pos(x)
         if cache is not None:
@@ -300,8 +301,7 @@ class Transformer(nn.Module):
         if c.embedding_ln == "init":
             E = self.ln_embed(E)
         # E_avg_sum(i) = 1/i * sum_{k<=i} E_ln(k): the cumulative average over T
-        steps = torch.arange(1, E.size(1) + 1, device=E.device, dtype=E.dtype)
-        embed_avg = E.cumsum(dim=1) / steps[:, None]
+        embed_avg = E.cumsum(dim=1) / torch.arange(1, E.size(1) + 1, device=E.device, dtype=E.dtype)[:, None]
         if c.embedding_ln == "avg_cum_sum":
             embed_avg = self.ln_embed(embed_avg)
         # out_enc_ln = LayerNorm_b(out_enc)
