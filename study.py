@@ -271,11 +271,16 @@ def run_settings(suite, run, overrides=()):
     return settings
 
 
+def dataset_meta(settings):
+    """meta.json of a run's prepared dataset, or {} where it is not prepared yet."""
+    meta_path = os.path.join(ROOT, "data", settings["dataset"], "meta.json")
+    return json.load(open(meta_path)) if os.path.exists(meta_path) else {}
+
+
 def run_model(settings):
     """The model of a run's settings, with the vocabulary of its prepared dataset (GPT-2's where none is prepared)."""
     from model import ModelConfig, build_model
-    meta_path = os.path.join(ROOT, "data", settings["dataset"], "meta.json")
-    vocab = json.load(open(meta_path))["vocab_size"] if os.path.exists(meta_path) else 50257
+    vocab = dataset_meta(settings).get("vocab_size", 50257)
     flags = {k: v for k, v in settings.items() if k in ModelConfig.flags() and v is not None}
     return build_model(ModelConfig(**{"vocab_size": vocab, **flags}))
 
@@ -283,13 +288,16 @@ def run_model(settings):
 def run_cost(settings, max_iters):
     """(parameters, training FLOPs per token, FLOPs of the whole run): training, plus the evaluations' forward passes
     (a third of a training step's FLOPs per token; eval_iters batches of each split at step 0, every eval_interval
-    and at the end)."""
+    and at the end; eval_iters=0: every val token of the prepared dataset and as many train windows, 512 at most)."""
     model = run_model(settings)
     T = model.config.context_size
     per_token = model.flops_per_token(T)
     tokens = max_iters * settings["batch_size"] * settings["gradient_accumulation_steps"] * T
     n_evals = max_iters // settings["eval_interval"] + 1 + (max_iters % settings["eval_interval"] != 0)
-    eval_tokens = n_evals * 2 * settings["eval_iters"] * settings["batch_size"] * T
+    val = dataset_meta(settings).get("val_tokens", 0)  # eval_iters=0 and no data prepared: unknown, counted as 0
+    per_eval = (2 * settings["eval_iters"] * settings["batch_size"] * T if settings["eval_iters"] else
+                val + min(512, val // T) * T)
+    eval_tokens = n_evals * per_eval
     return model.num_params(), per_token, per_token * (tokens + eval_tokens / 3)
 
 
@@ -299,9 +307,9 @@ def measured_tokens_per_s(settings, steps=5):
     import torch
     from bench import Trainer
     model = run_model(settings)
-    dtype = torch.bfloat16 if settings["dtype"] == "bfloat16" else torch.float32
-    trainer = Trainer(model.config, settings["batch_size"], settings["device"].split(":")[0], dtype,
-                      settings["compile"])
+    dtype = torch.bfloat16 if settings.get("dtype") == "bfloat16" else torch.float32
+    trainer = Trainer(model.config, settings["batch_size"], settings.get("device", "cpu").split(":")[0], dtype,
+                      settings.get("compile", False))
     times = [trainer.step() for _ in range(2 + steps)]
     return settings["batch_size"] * model.config.context_size / statistics.median(times[2:])
 
@@ -319,7 +327,8 @@ def plan(suite, runs, seeds, overrides, max_iters, n_parallel, can_measure):
         rows.append((run, params, per_token, flops, speed, hours))
         total_flops += flops * len(seeds)
         total_hours += (hours or 0) * len(seeds)
-    device = f"{settings['device']}, {settings['dtype']}{', compiled' * bool(settings['compile'])}"
+    device = (f"{settings.get('device', 'cpu')}, {settings.get('dtype', 'float32')}"
+              f"{', compiled' * bool(settings.get('compile'))}")
     print(f"{suite} study: {len(runs)} configurations x {len(seeds)} seeds (seeds {seeds}) = {len(runs) * len(seeds)} "
           f"runs of {iters:,} steps x {settings['batch_size'] * settings['gradient_accumulation_steps']} sequences x "
           f"{settings['context_size']} tokens, on data/{settings['dataset']}, {device}")

@@ -358,6 +358,19 @@ def test_cost_counts_training_and_evaluation_flops_of_the_run():
     assert 1.5e17 < flops < 1.6e17
 
 
+def test_cost_of_a_cpu_run_counts_every_val_token_and_512_train_windows_per_evaluation(tmp_path, monkeypatch):
+    monkeypatch.setattr(study, "ROOT", str(tmp_path))  # a prepared dataset of 64,000 val tokens, and the configs
+    shutil.copytree(os.path.join(ROOT, "config"), tmp_path / "config")
+    os.makedirs(tmp_path / "data" / "wikitext2_valid-test_gpt2c")
+    (tmp_path / "data" / "wikitext2_valid-test_gpt2c" / "meta.json").write_text('{"vocab_size": 18013, '
+                                                                                 '"val_tokens": 64000}')
+    settings = study.run_settings("gpt2_next", "encdec_none_2_6")  # eval_iters=0, every 100 steps, 128 tokens
+    params, per_token, flops = study.run_cost(settings, 3000)
+    assert params == 1_518_120
+    per_eval = 64000 + 500 * 128  # 500 windows of val: all of them, and as many of train
+    assert math.isclose(flops, per_token * (3000 * 16 * 128 + 31 * per_eval / 3))
+
+
 def test_jobs_on_gpus_each_see_only_their_own_and_never_share_one(tmp_path, monkeypatch):
     running, seen = set(), []
 
