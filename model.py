@@ -211,7 +211,7 @@ class Transformer(nn.Module):
 
     def num_params(self):
         """Parameters without the positional embedding (as the write-ups count); the tied output layer counts once."""
-        return sum(p.numel() for p in self.parameters()) - (self.wpe.weight.numel() if self.wpe else 0)
+        return sum(p.numel() for p in self.parameters()) - (self.wpe.weight.numel() if self.wpe is not None else 0)
 
     def hidden_states(self, idx, cache=None):
         """The three stacks: the states before the output layer (B, T, C), E, and the encoder output. cache: {}, or
