@@ -640,7 +640,7 @@ def regime(suite, logs):
     from model import ModelConfig, build_model
     namespace = run_settings(suite, "baseline")  # its config with the suite's overrides (gpt2_heldout's vocabulary)
     data = os.path.join(ROOT, "data", SUITES[suite]["dataset"])
-    meta = json.load(open(os.path.join(data, "meta.json"))) if os.path.exists(os.path.join(data, "meta.json")) else {}
+    meta = dataset_meta(namespace)
     namespace["vocab_size"] = namespace.get("vocab_size") or meta.get("vocab_size", 50257)  # paper configs: the data's
     params = build_model(ModelConfig(**{k: v for k, v in namespace.items() if k in ModelConfig.flags()})).num_params()
     f = [run_figures(log) for log in logs.get("baseline", {}).values()]
