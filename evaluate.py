@@ -22,7 +22,6 @@ import time
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
 from configurator import fail, on_ctrl_c, pick_device
 from data import check_same_data, get_tokenizer, gpt2_encoding, load_checkpoint, read_meta, split_wikitext
@@ -31,6 +30,11 @@ from data import check_same_data, get_tokenizer, gpt2_encoding, load_checkpoint,
 def window_starts(n_tokens, block):
     """Start of each window over n_tokens tokens: every token but the first is a target exactly once."""
     return list(range(0, n_tokens - 1, block))
+
+
+# On a CPU, the logits of 256 rows at a time: ~2.5x faster than F.cross_entropy over a batch's (B*T, vocab) logits,
+# whose memory traffic dominates an evaluation with a large vocabulary
+LOSS_ROWS = 256
 
 
 @torch.no_grad()
@@ -48,9 +52,13 @@ def window_losses(model, tokens, block, batch_size, device, starts=None, autocas
             x = torch.from_numpy(np.stack([tokens[s:s + T] for s in group]).astype(np.int64)).to(device)
             y = torch.from_numpy(np.stack([tokens[s + 1:s + 1 + T] for s in group]).astype(np.int64)).to(device)
             with autocast or torch.autocast(x.device.type, enabled=False):
-                logits = model.lm_head(model.hidden_states(x)[0]).float()  # (B, T, vocab)
-            losses = F.cross_entropy(logits.transpose(1, 2), y, reduction="none").double().flatten()
-            yield y.flatten().cpu().numpy(), losses.cpu().numpy()
+                h, targets = model.hidden_states(x)[0].flatten(0, 1), y.flatten()  # (B*T, C), (B*T,)
+                rows, losses = LOSS_ROWS if x.device.type == "cpu" else len(h), []
+                for r in range(0, len(h), rows):
+                    logits = model.lm_head(h[r:r + rows]).float()  # (rows, vocab)
+                    # cross-entropy = log sum_j exp(logit_j) - logit_target
+                    losses.append(torch.logsumexp(logits, 1) - logits.gather(1, targets[r:r + rows, None])[:, 0])
+            yield targets.cpu().numpy(), torch.cat(losses).double().cpu().numpy()
         if progress:
             progress(min(i + batch_size, len(starts)), len(starts))
     model.train(was_training)

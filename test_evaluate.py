@@ -38,8 +38,10 @@ def test_windows_predict_every_token_but_the_first_exactly_once(n_tokens):
     assert targets == list(range(1, n_tokens))
 
 
+@pytest.mark.parametrize("loss_rows", [5, 256])  # the logits of 5 rows at a time: chunks end inside a window
 @pytest.mark.parametrize("variant", ["baseline", "encdec", "parallel"])
-def test_token_losses_equal_the_model_loss_over_the_same_windows(variant):
+def test_token_losses_equal_the_model_loss_over_the_same_windows(variant, loss_rows, monkeypatch):
+    monkeypatch.setattr(evaluate, "LOSS_ROWS", loss_rows)
     model = tiny_model(variant=variant)
     tokens = np.random.default_rng(0).integers(50, size=71)  # 4 full windows of 16 and one of 6
     losses = evaluate.token_losses(model, tokens, 16, batch_size=3, device="cpu")
