@@ -71,6 +71,8 @@ SUITES = {
                          dataset="wikitext2_valid-test_gpt2c", prepare=["--tokenizer=gpt2", "--compact_vocab"],
                          download=["--wikitext2=valid", "--wikitext2_val=test"],
                          args=["--dataset=wikitext2_valid-test_gpt2c", "--vocab_size=18013", "--eval_interval=100"],
+                         best="encdec_mse_pos_sub_coeff1", figures=["best_val", "late_val", "final_val"],
+                         train_levels=[4.2, 3.9, 3.6],
                          runs=["baseline", "encdec_none", "encdec_mse_pos_sub_coeff1", "baseline_slow"]),
     # The write-up's next steps on gpt2_heldout's 60 articles, against that suite's baseline and bare encoder-decoder
     # (read from there, not trained again): its 8 layers split 2 + 6 and 6 + 2 (4 + 4 is encdec_none), and rotary
@@ -371,11 +373,16 @@ def run_figures(log):
     """The figures of one run: best val loss (and where), final val and train loss, their gap, and the mean val loss
     over the last quarter of the run (less noisy than one evaluation when the learning rate stays high)."""
     best = min(log, key=lambda r: r["val_loss"])
-    late = [r["val_loss"] for r in log if r["iter"] >= 0.75 * log[-1]["iter"]]
-    return {"best_val": best["val_loss"], "best_iter": best["iter"], "final_val": log[-1]["val_loss"],
-            "late_val": sum(late) / len(late),
-            "final_train": log[-1]["train_loss"], "gap": log[-1]["val_loss"] - log[-1]["train_loss"],
-            "embedding": log[-1].get("val_embedding_loss")}
+    late = [r for r in log if r["iter"] >= 0.75 * log[-1]["iter"]]
+    figures = {"best_val": best["val_loss"], "best_iter": best["iter"], "final_val": log[-1]["val_loss"],
+               "late_val": float(np.mean([r["val_loss"] for r in late])),
+               "final_train": log[-1]["train_loss"], "gap": log[-1]["val_loss"] - log[-1]["train_loss"],
+               "embedding": log[-1].get("val_embedding_loss")}
+    if "val_loss_seen_ids" in log[-1]:  # the same without the val tokens whose id never occurs in training
+        figures.update(best_val_seen_ids=min(r["val_loss_seen_ids"] for r in log),
+                       late_val_seen_ids=float(np.mean([r["val_loss_seen_ids"] for r in late])),
+                       final_val_seen_ids=log[-1]["val_loss_seen_ids"])
+    return figures
 
 
 def t_two_sided_p(t, df):
@@ -480,6 +487,10 @@ SECONDARY = [
     ("pos sub helps the baseline", "baseline_pos_sub", "baseline", None),
     ("dropout helps the encoder-decoder", "encdec_dropout", "encdec_mse_pos_sub", None),
     ("the parallel encoder-decoder beats the baseline", "parallel", "baseline", None),
+    # the control for "fits more slowly": the baseline at a learning rate whose train loss tracks the bare model's
+    ("a baseline that fits as slowly beats the baseline", "baseline_slow", "baseline", None),
+    ("the bare encoder-decoder beats a baseline that fits as slowly", "encdec_none", "baseline_slow", None),
+    ("MSE (x1) + pos sub beats a baseline that fits as slowly", "encdec_mse_pos_sub_coeff1", "baseline_slow", None),
 ]
 
 
@@ -657,6 +668,16 @@ def regime(suite, logs):
     return out
 
 
+def against_baseline(logs, run, keys):
+    """Table cells: the paired difference run - baseline of each figure with its 95% interval."""
+    cells = []
+    for key in keys:
+        p = paired(logs, run, "baseline", key)
+        cells.append("–" if run == "baseline" or p["n"] < 2 else
+                     f"{p['mean']:+.4f} ({p['ci'][0]:+.4f}, {p['ci'][1]:+.4f})")
+    return " | ".join(cells) + " |"
+
+
 def summary(suite, results, max_iters=None, seeds=None):
     """The tables of a suite's finished runs (those whose log reaches max_iters, or the suite's steps)."""
     s = SUITES[suite]
@@ -675,15 +696,20 @@ def summary(suite, results, max_iters=None, seeds=None):
         mean = {k: np.mean([x[k] for x in f])
                 for k in ("best_val", "smoothed", "best_iter", "late_val", "final_val", "final_train", "gap")}
         sd = {k: np.std([x[k] for x in f], ddof=1) if len(f) > 1 else math.nan for k in mean}
-        cells = []
-        for key in diffs:
-            p = paired(logs, run, "baseline", key)
-            cells.append("–" if run == "baseline" or p["n"] < 2 else
-                         f"{p['mean']:+.4f} ({p['ci'][0]:+.4f}, {p['ci'][1]:+.4f})")
         pm = lambda k: f"{mean[k]:.4f}" + (f" ± {sd[k]:.4f}" if len(f) > 1 else "")
         print(f"| {run} | {len(f)} | {pm('best_val')} | {pm('smoothed')} | {mean['best_iter']:.0f} | "
               f"{pm('late_val')} | "
-              f"{pm('final_val')} | {pm('final_train')} | {mean['gap']:.3f} | " + " | ".join(cells) + " |")
+              f"{pm('final_val')} | {pm('final_train')} | {mean['gap']:.3f} | " + against_baseline(logs, run, diffs))
+    if all("val_loss_seen_ids" in log[-1] for runs in logs.values() for log in runs.values()):
+        keys = [f"{key}_seen_ids" for key in diffs]
+        print("\nThe same without the val tokens whose id never occurs in training (no model can learn them):\n")
+        print("| run | seeds | best val | late val | final val | "
+              + " | ".join(f"{key.replace('_', ' ')} - baseline (95% CI)" for key in diffs) + " |")
+        print("|---" * 8 + "|")
+        for run in logs:
+            f = [run_figures(log) for log in logs[run].values()]
+            print(f"| {run} | {len(f)} | " + " | ".join(f"{np.mean([x[k] for x in f]):.4f}" for k in keys) + " | "
+                  + against_baseline(logs, run, keys))
     if suite == "paper":
         print("\nAgainst the write-up's figures (one run each; mean ± sd over seeds here):\n")
         print("| run | seeds | write-up val | late val | best val | final val | write-up train | final train |")

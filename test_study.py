@@ -141,6 +141,39 @@ def test_next_steps_summary_reads_its_references_from_the_heldout_suite_and_corr
     assert verdicts[("6 + 2 layers beat 4 + 4", "late_val")] == "not detected"
 
 
+def test_heldout_summary_tests_the_control_and_reports_the_loss_without_test_only_ids(tmp_path, capsys):
+    """The baseline that fits as slowly is 0.2 lower from step 1,500 on, the others equal the baseline up to noise:
+    only the control's claim holds; the primary family has its own correction, and the second table is the val loss
+    without the ids that never occur in training."""
+    rng = np.random.default_rng(0)
+    for run in study.SUITES["gpt2_heldout"]["runs"]:
+        for seed in range(5):
+            noise = rng.normal(0, 0.01)
+            records = [{"iter": i, "train_loss": 5 - i / 1000, "val_loss": 6 - i / 2000 + noise
+                        - 0.2 * (run == "baseline_slow" and i >= 1500), "val_loss_seen_ids": 0}
+                       for i in range(0, 3001, 100)]
+            records = [dict(r, val_loss_seen_ids=r["val_loss"] - 0.4) for r in records]  # the same, 0.4 lower
+            os.makedirs(tmp_path / f"{run}_seed{seed}")
+            (tmp_path / f"{run}_seed{seed}" / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    logs = study.summary("gpt2_heldout", str(tmp_path))
+    out = capsys.readouterr().out
+    table, seen_table = out.split("never occurs in training")
+    late = study.paired(logs, "baseline_slow", "baseline", "late_val")
+    assert late["mean"] < -0.19 and f"{late['mean']:+.4f} ({late['ci'][0]:+.4f}, {late['ci'][1]:+.4f})" in seen_table
+    for run in logs:
+        f = study.run_figures(logs[run][0])
+        assert math.isclose(f["late_val_seen_ids"], f["late_val"] - 0.4) and f"| {run} | 5 |" in seen_table
+    rows = study.with_holm(study.claim_rows("gpt2_heldout", logs))
+    primary = [r for r in rows if r["family"] == "primary"]
+    assert len(primary) == 6 and all(r["m"] == 6 for r in primary)  # two claims, three figures
+    verdicts = {(r["claim"], r["figure"]): r.get("adjusted") for r in rows}
+    control = {"a baseline that fits as slowly beats the baseline": "holds",
+               "the bare encoder-decoder beats a baseline that fits as slowly": "contradicted",
+               "MSE (x1) + pos sub beats a baseline that fits as slowly": "contradicted"}
+    assert {key: v for key, v in verdicts.items() if v not in ("not detected", None)} == \
+        {(claim, figure): v for claim, v in control.items() for figure in ("best_val", "late_val", "final_val")}
+
+
 def test_next_steps_trains_one_seed_of_each_pictures_run_first_then_its_runs_seed_by_seed(tmp_path, monkeypatch):
     batches = []
     monkeypatch.setattr(study, "run_all", lambda suite, results, jobs, *args: batches.append(jobs) or 0)
