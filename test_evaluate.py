@@ -38,10 +38,19 @@ def test_windows_predict_every_token_but_the_first_exactly_once(n_tokens):
     assert targets == list(range(1, n_tokens))
 
 
-@pytest.mark.parametrize("loss_rows", [5, 256])  # the logits of 5 rows at a time: chunks end inside a window
+@pytest.mark.parametrize("rows", [1, 5, 64, 1000])
+def test_row_losses_equal_cross_entropy_whatever_rows_are_taken_at_a_time(rows):
+    g = torch.Generator().manual_seed(0)
+    h, weight = 3 * torch.randn(200, 24, generator=g), torch.randn(300, 24, generator=g)
+    targets = torch.randint(300, (200,), generator=g)
+    losses = evaluate.row_losses(h, weight, targets, rows)
+    assert losses.dtype == torch.float64
+    torch.testing.assert_close(losses, F.cross_entropy(h @ weight.T, targets, reduction="none").double(),
+                               rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("variant", ["baseline", "encdec", "parallel"])
-def test_token_losses_equal_the_model_loss_over_the_same_windows(variant, loss_rows, monkeypatch):
-    monkeypatch.setattr(evaluate, "LOSS_ROWS", loss_rows)
+def test_token_losses_equal_the_model_loss_over_the_same_windows(variant):
     model = tiny_model(variant=variant)
     tokens = np.random.default_rng(0).integers(50, size=71)  # 4 full windows of 16 and one of 6
     losses = evaluate.token_losses(model, tokens, 16, batch_size=3, device="cpu")
