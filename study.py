@@ -668,14 +668,38 @@ def regime(suite, logs):
     return out
 
 
-def against_baseline(logs, run, keys):
-    """Table cells: the paired difference run - baseline of each figure with its 95% interval."""
+def against_baseline(logs, run, keys, reference="baseline"):
+    """Table cells: the paired difference run - reference of each figure with its 95% interval."""
     cells = []
     for key in keys:
-        p = paired(logs, run, "baseline", key)
-        cells.append("–" if run == "baseline" or p["n"] < 2 else
+        p = paired(logs, run, reference, key)
+        cells.append("–" if run == reference or p["n"] < 2 else
                      f"{p['mean']:+.4f} ({p['ci'][0]:+.4f}, {p['ci'][1]:+.4f})")
     return " | ".join(cells) + " |"
+
+
+# gpt2_next's two tables: each run against the run it changes one thing of
+NEXT_TABLES = {"Where to split 8 layers (4 + 4 is the bare encoder-decoder)": [
+                   ("encdec_none_2_6", "encdec_none"), ("encdec_none", "baseline"), ("encdec_none_6_2", "encdec_none")],
+               "Rotary positions, with and without pos sub": [
+                   ("baseline_rotary", "baseline"), ("baseline_rotary_pos_sub", "baseline_rotary"),
+                   ("encdec_none_rotary", "encdec_none"), ("encdec_rotary_pos_sub", "encdec_none_rotary")]}
+
+
+def next_steps_tables(logs):
+    """gpt2_next's tables: best and late val, final train loss, and the paired differences with the run each one
+    changes, and with the baseline."""
+    keys = ("best_val", "late_val")
+    for title, pairs in NEXT_TABLES.items():
+        print(f"\n{title}:\n\n| run | seeds | best val | late val | final train | against | "
+              + " | ".join(f"{key.replace('_', ' ')} - it (95% CI)" for key in keys) + " | "
+              + " | ".join(f"{key.replace('_', ' ')} - baseline (95% CI)" for key in keys) + " |")
+        print("|---" * 10 + "|")
+        for run, reference in [(run, reference) for run, reference in pairs if run in logs]:
+            f = [run_figures(log) for log in logs[run].values()]
+            print(f"| {run} | {len(f)} | " + " | ".join(f"{np.mean([x[k] for x in f]):.4f}" for k in
+                                                       (*keys, "final_train")) + f" | {reference} | "
+                  + against_baseline(logs, run, keys, reference) + " " + against_baseline(logs, run, keys))
 
 
 def summary(suite, results, max_iters=None, seeds=None):
@@ -710,6 +734,8 @@ def summary(suite, results, max_iters=None, seeds=None):
             f = [run_figures(log) for log in logs[run].values()]
             print(f"| {run} | {len(f)} | " + " | ".join(f"{np.mean([x[k] for x in f]):.4f}" for k in keys) + " | "
                   + against_baseline(logs, run, keys))
+    if suite == "gpt2_next":
+        next_steps_tables(logs)
     if suite == "paper":
         print("\nAgainst the write-up's figures (one run each; mean ± sd over seeds here):\n")
         print("| run | seeds | write-up val | late val | best val | final val | write-up train | final train |")

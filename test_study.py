@@ -134,6 +134,12 @@ def test_next_steps_summary_reads_its_references_from_the_heldout_suite_and_corr
     rows = study.with_holm(study.claim_rows("gpt2_next", study.summary("gpt2_next", str(tmp_path / "next"))))
     out = capsys.readouterr().out
     assert "| baseline | 5 |" in out and "| encdec_none_2_6 | 5 |" in out  # the references are in the table
+    split = out.split("Where to split")[1].split("Rotary positions")[0]  # each run against the one it changes
+    logs = study.summary("gpt2_next", str(tmp_path / "next"))
+    for run, reference in (("encdec_none_2_6", "encdec_none"), ("encdec_none_6_2", "encdec_none")):
+        p = study.paired(logs, run, reference, "late_val")
+        line = next(line for line in split.splitlines() if line.startswith(f"| {run} | 5 |"))
+        assert f"| {reference} | " in line and f"{p['mean']:+.4f} ({p['ci'][0]:+.4f}, {p['ci'][1]:+.4f})" in line
     assert {r["family"] for r in rows} == {"next steps"} and all(r["m"] == len(rows) for r in rows)
     assert len(rows) == 4 * 2  # the four split claims that have runs, at best and late val
     verdicts = {(r["claim"], r["figure"]): r["adjusted"] for r in rows}
