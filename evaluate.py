@@ -34,9 +34,9 @@ def window_starts(n_tokens, block):
 
 def row_losses(h, weight, targets, rows=256):
     """Cross-entropy of each row of the logits h @ weight.T, computed in float32 and returned in float64: `rows` rows at
-    a time into one reused buffer, so the (N, vocab) logits never exist at once (~3x faster on a CPU than F.cross_entropy over a
-    batch's logits, whose memory traffic dominates with a large vocabulary) and nothing big is allocated per chunk
-    (chunks of a few MB, freed and taken again, let a CPU process's heap grow without bound)."""
+    a time into one reused buffer, so the (N, vocab) logits never exist at once (~3x faster on a CPU than
+    F.cross_entropy over a batch's logits, whose memory traffic dominates with a large vocabulary) and nothing big is
+    allocated per chunk (chunks of a few MB, freed and taken again, let a CPU process's heap grow without bound)."""
     weight, losses = weight.float(), torch.empty(len(h), dtype=torch.float64, device=h.device)
     buffer = torch.empty(min(rows, len(h)), weight.size(0), device=h.device)
     for r in range(0, len(h), rows):
@@ -49,8 +49,7 @@ def row_losses(h, weight, targets, rows=256):
 
 
 @torch.no_grad()
-def window_losses(model, tokens, block, batch_size, device, starts=None, autocast=None, progress=None,
-                  rows=256):
+def window_losses(model, tokens, block, batch_size, device, starts=None, autocast=None, progress=None):
     """Yields (targets, losses) of each batch of windows at `starts` (default: window_starts, so every token of
     `tokens` but the first, in text order), as int64 and float64 arrays. The model is in eval mode for the call (no
     dropout). Nothing is kept from batch to batch, so memory does not grow with the length of the text."""
@@ -65,7 +64,8 @@ def window_losses(model, tokens, block, batch_size, device, starts=None, autocas
             y = torch.from_numpy(np.stack([tokens[s + 1:s + 1 + T] for s in group]).astype(np.int64)).to(device)
             with autocast or torch.autocast(x.device.type, enabled=False):
                 h = model.hidden_states(x)[0].flatten(0, 1)  # (B*T, C)
-            losses = row_losses(h, model.lm_head.weight, y.flatten(), rows if x.device.type == "cpu" else len(h))
+            rows = {} if x.device.type == "cpu" else {"rows": len(h)}  # a GPU takes the whole batch at once
+            losses = row_losses(h, model.lm_head.weight, y.flatten(), **rows)
             yield y.flatten().cpu().numpy(), losses.cpu().numpy()
         if progress:
             progress(min(i + batch_size, len(starts)), len(starts))

@@ -375,12 +375,12 @@ def run_figures(log):
     best = min(log, key=lambda r: r["val_loss"])
     late = [r for r in log if r["iter"] >= 0.75 * log[-1]["iter"]]
     figures = {"best_val": best["val_loss"], "best_iter": best["iter"], "final_val": log[-1]["val_loss"],
-               "late_val": float(np.mean([r["val_loss"] for r in late])),
+               "late_val": sum(r["val_loss"] for r in late) / len(late),
                "final_train": log[-1]["train_loss"], "gap": log[-1]["val_loss"] - log[-1]["train_loss"],
                "embedding": log[-1].get("val_embedding_loss")}
     if "val_loss_seen_ids" in log[-1]:  # the same without the val tokens whose id never occurs in training
         figures.update(best_val_seen_ids=min(r["val_loss_seen_ids"] for r in log),
-                       late_val_seen_ids=float(np.mean([r["val_loss_seen_ids"] for r in late])),
+                       late_val_seen_ids=sum(r["val_loss_seen_ids"] for r in late) / len(late),
                        final_val_seen_ids=log[-1]["val_loss_seen_ids"])
     return figures
 
