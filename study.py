@@ -748,6 +748,11 @@ def summary(suite, results, max_iters=None, seeds=None):
             print(f"| {run} | {len(f)} | {val_loss:.3f} | {pm('late_val')} | {pm('best_val')} | {pm('final_val')} | "
                   f"{train_loss:.3f} | {pm('final_train')} |")
     rows = with_holm(claim_rows(suite, logs))
+    short = {run: len(logs.get(run, {})) for run in s["runs"] if len(logs.get(run, {})) < len(s["seeds"])}
+    if short:  # a partial study: its verdicts may still change, and Holm's m counts only the comparisons it has
+        print(f"\nInterim, not final: {len(short)} of the suite's {len(s['runs'])} runs have fewer than its "
+              f"{len(s['seeds'])} seeds (" + ", ".join(f"{run} {n}" for run, n in short.items()) + "); a comparison "
+              "needs 2 seeds to enter the claims table below.")
     print("\nClaims, A - B in val loss (nats/token), paired over seeds; Holm's correction within each family "
           "(m comparisons); a claim holds or is contradicted only when its adjusted interval excludes zero.\n")
     print("| family | claim | A - B | figure | seeds | mean | raw 95% CI | p | raw verdict | Holm rank/m, level | "

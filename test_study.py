@@ -134,6 +134,7 @@ def test_next_steps_summary_reads_its_references_from_the_heldout_suite_and_corr
     rows = study.with_holm(study.claim_rows("gpt2_next", study.summary("gpt2_next", str(tmp_path / "next"))))
     out = capsys.readouterr().out
     assert "| baseline | 5 |" in out and "| encdec_none_2_6 | 5 |" in out  # the references are in the table
+    assert "Interim, not final: 4 of the suite's 6 runs have fewer than its 5 seeds (baseline_rotary 0," in out
     split = out.split("Where to split")[1].split("Rotary positions")[0]  # each run against the one it changes
     logs = study.summary("gpt2_next", str(tmp_path / "next"))
     for run, reference in (("encdec_none_2_6", "encdec_none"), ("encdec_none_6_2", "encdec_none")):
@@ -163,6 +164,7 @@ def test_heldout_summary_tests_the_control_and_reports_the_loss_without_test_onl
             (tmp_path / f"{run}_seed{seed}" / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     logs = study.summary("gpt2_heldout", str(tmp_path))
     out = capsys.readouterr().out
+    assert "Interim" not in out  # every run has all its seeds
     table, seen_table = out.split("never occurs in training")
     late = study.paired(logs, "baseline_slow", "baseline", "late_val")
     assert late["mean"] < -0.19 and f"{late['mean']:+.4f} ({late['ci'][0]:+.4f}, {late['ci'][1]:+.4f})" in seen_table
