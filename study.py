@@ -548,12 +548,14 @@ def with_holm(rows, alpha=0.05):
 
 
 def words(row):
-    """The verdict in words: holds / contradicted after Holm, or not detected with what the interval still allows."""
+    """The verdict in words: holds / contradicted after Holm, or not detected with the effects its adjusted interval (the
+    one the verdict rests on) still allows."""
     if row["adjusted"] != "not detected":
         return row["adjusted"]
-    text = f"not detected; the 95% interval allows {row['ci'][0]:+.3f} to {row['ci'][1]:+.3f}"
+    low, high = row["ci_adj"]
+    text = f"not detected; the adjusted interval allows {low:+.3f} to {high:+.3f}"
     if row["writeup"] is not None:
-        inside = row["ci"][0] <= row["writeup"] <= row["ci"][1]
+        inside = low <= row["writeup"] <= high
         text += f", {'including' if inside else 'excluding'} the write-up's {row['writeup']:+.3f}"
     return text
 

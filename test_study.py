@@ -297,14 +297,16 @@ def rows_of(logs, runs, writeup=-0.05):
 
 def test_a_raw_significant_claim_is_not_detected_after_holm_in_a_family_of_two():
     """One comparison with p between 0.025 and 0.05 holds alone, and no longer in a family with a null one; the verdict
-    then gives the write-up's effect and whether the interval holds it."""
+    then gives the effects its adjusted interval allows, and whether that interval holds the write-up's."""
     logs = family_logs({"a": [-0.06, -0.02, -0.05, -0.08, 0.0], "null": [0.03, -0.04, 0.05, -0.02, 0.01]})
     alone, = rows_of(logs, ["a"])
     assert 0.025 < alone["p"] < 0.05 and alone["raw"] == alone["adjusted"] == "holds" and study.words(alone) == "holds"
     a, null = rows_of(logs, ["a", "null"])
     assert a["raw"] == "holds" and a["adjusted"] == "not detected" and a["p_adj"] == min(1, 2 * a["p"])
     assert a["ci_adj"][0] < a["ci"][0] < a["ci"][1] < 0 < a["ci_adj"][1]
-    assert study.words(a).startswith("not detected") and "including the write-up's -0.050" in study.words(a)
+    low, high = a["ci_adj"]
+    assert study.words(a).startswith(f"not detected; the adjusted interval allows {low:+.3f} to {high:+.3f}")
+    assert "including the write-up's -0.050" in study.words(a)
     assert "excluding the write-up's -0.200" in study.words(rows_of(logs, ["a", "null"], writeup=-0.2)[0])
 
 
