@@ -14,7 +14,9 @@ import difflib
 import inspect
 import os
 import re
+import statistics
 import sys
+import time
 import traceback
 import typing
 
@@ -173,3 +175,55 @@ def configure(settings, defaults, argv, model_config, epilog=""):
             for key, value in read_config(arg).items():
                 set_config(key, value, arg)
     return user_set
+
+# -----------------------------------------------------------------------------
+# the device's clock: waiting for its queued work, timing a forward pass, its matmul peak (train.py's ETA and MFU)
+
+
+def sync(device):
+    """Wait for the device's queued work, so that a timer measures it (a GPU runs asynchronously)."""
+    import torch
+    if str(device).startswith(("cuda", "mps")):
+        getattr(torch, str(device).split(":")[0]).synchronize()
+
+
+def matmul_peak(device, dtype, n, repeats, warmup=2, pick=statistics.median):
+    """FLOP/s of an n x n x n matmul in dtype: the peak that MFU is measured against (here the median of the timed
+    repeats; train.py takes the fastest of 10 with no warm-up, since a CPU has no datasheet peak)."""
+    import torch
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
+    times = []
+    for _ in range(repeats + warmup):
+        sync(device)
+        t0 = time.perf_counter()
+        a @ b
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return 2 * n ** 3 / pick(times[warmup:])
+
+
+def forward_seconds(model, x, y, autocast, return_logits):
+    """Seconds of one evaluation forward pass (the faster of two: the first warms up); a training step costs ~3."""
+    import torch
+    was_training, seconds = model.training, []
+    model.eval()
+    with torch.no_grad():
+        for _ in range(2):
+            t0 = time.perf_counter()
+            with autocast:
+                model(x, y, return_logits=return_logits)
+            sync(x.device)
+            seconds.append(time.perf_counter() - t0)
+    model.train(was_training)
+    return min(seconds)
+
+
+def duration(seconds):
+    """e.g. 350 ms, 45 s, 12 min, 3.2 h, 2.5 days"""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h" if seconds < 48 * 3600 else f"{seconds / 86400:.1f} days"

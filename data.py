@@ -354,3 +354,88 @@ def load_checkpoint(out_dir, device="cpu", fix="use another run's --out_dir"):
     except Exception as e:
         fail(f"checkpoint {ckpt_path} is unreadable ({type(e).__name__}); {fix}")
     return checkpoint, model.to(device).eval()
+
+# -----------------------------------------------------------------------------
+# scoring a model on token files: every target once, in windows (train.py's eval_iters=0, evaluate.py)
+
+
+def window_starts(n_tokens, block):
+    """Start of each window over n_tokens tokens: every token but the first is a target exactly once."""
+    return list(range(0, n_tokens - 1, block))
+
+
+def row_losses(h, weight, targets, rows=256):
+    """Cross-entropy of each row of the logits h @ weight.T, computed in float32 and returned in float64: `rows` rows at
+    a time into one reused buffer, so the (N, vocab) logits never exist at once (~3x faster on a CPU than
+    F.cross_entropy over a batch's logits, whose memory traffic dominates with a large vocabulary) and nothing big is
+    allocated per chunk (chunks of a few MB, freed and taken again, let a CPU process's heap grow without bound)."""
+    weight, losses = weight.float(), torch.empty(len(h), dtype=torch.float64, device=h.device)
+    buffer = torch.empty(min(rows, len(h)), weight.size(0), device=h.device)
+    for r in range(0, len(h), rows):
+        logits = torch.mm(h[r:r + rows].float(), weight.T, out=buffer[:len(h[r:r + rows])])  # (rows, vocab)
+        # cross-entropy = m + log sum_j exp(logit_j - m) - logit_target, with m the largest logit
+        target_logits = logits.gather(1, targets[r:r + rows, None])[:, 0]
+        m = logits.amax(dim=1)
+        losses[r:r + rows] = m + logits.sub_(m[:, None]).exp_().sum(dim=1).log() - target_logits
+    return losses
+
+
+@torch.no_grad()
+def window_losses(model, tokens, block, batch_size, device, starts=None, autocast=None, progress=None):
+    """Yields (targets, losses) of each batch of windows at `starts` (default: window_starts, so every token of
+    `tokens` but the first, in text order), as int64 and float64 arrays. The model is in eval mode for the call (no
+    dropout). Nothing is kept from batch to batch, so memory does not grow with the length of the text."""
+    was_training = model.training
+    model.eval()
+    starts = window_starts(len(tokens), block) if starts is None else starts
+    lengths = [min(block, len(tokens) - 1 - s) for s in starts]
+    for i in range(0, len(starts), batch_size):
+        for T in sorted(set(lengths[i:i + batch_size]), reverse=True):  # a shorter last window goes on its own
+            group = [s for s, n in zip(starts[i:i + batch_size], lengths[i:i + batch_size]) if n == T]
+            x = torch.from_numpy(np.stack([tokens[s:s + T] for s in group]).astype(np.int64)).to(device)
+            y = torch.from_numpy(np.stack([tokens[s + 1:s + 1 + T] for s in group]).astype(np.int64)).to(device)
+            with autocast or torch.autocast(x.device.type, enabled=False):
+                h = model.hidden_states(x)[0].flatten(0, 1)  # (B*T, C)
+            rows = {} if x.device.type == "cpu" else {"rows": len(h)}  # a GPU takes the whole batch at once
+            losses = row_losses(h, model.lm_head.weight, y.flatten(), **rows)
+            yield y.flatten().cpu().numpy(), losses.cpu().numpy()
+        if progress:
+            progress(min(i + batch_size, len(starts)), len(starts))
+    model.train(was_training)
+
+
+def token_losses(model, tokens, block, batch_size, device, starts=None, autocast=None):
+    """The cross-entropy of each target token of the windows at `starts`, in one float64 array (short texts, tests)."""
+    return np.concatenate([losses for _, losses in window_losses(model, tokens, block, batch_size, device, starts,
+                                                                 autocast)])
+
+
+def split_losses(model, data_dir, block, batch_size, device, autocast=None):
+    """{"train_loss", "val_loss", "val_loss_seen_ids"}: the mean loss over every token of val.bin once, and over as
+    many windows of train.bin spread evenly, 512 at most (train.py's evaluation with eval_iters=0); val_loss_seen_ids
+    leaves out the val tokens whose id never occurs in train.bin (no model can learn them; their logits only fall)."""
+    val_tokens = np.memmap(os.path.join(data_dir, "val.bin"), dtype=np.uint16, mode="r")
+    train_tokens = np.memmap(os.path.join(data_dir, "train.bin"), dtype=np.uint16, mode="r")
+    n_windows = min(512, len(window_starts(len(val_tokens), block)))  # 512 x context_size: a precise enough mean
+    train_starts = np.linspace(0, len(train_tokens) - block - 1, n_windows).astype(int).tolist()
+    train = np.zeros(2)  # total loss, tokens
+    for _, losses in window_losses(model, train_tokens, block, batch_size, device, train_starts, autocast):
+        train += losses.sum(), len(losses)
+    seen_ids = np.zeros(max(int(train_tokens.max()), int(val_tokens.max())) + 1, dtype=bool)
+    seen_ids[np.unique(train_tokens)] = True
+    val = np.zeros(4)  # total loss, tokens; the same over the targets whose id occurs in train.bin
+    for targets, losses in window_losses(model, val_tokens, block, batch_size, device, None, autocast):
+        seen = seen_ids[targets]
+        val += losses.sum(), len(losses), losses[seen].sum(), seen.sum()
+    return {"train_loss": float(train[0] / train[1]), "val_loss": float(val[0] / val[1]),
+            "val_loss_seen_ids": float(val[2] / val[3])}
+
+
+def embedding_norms(model):
+    """The embedding loss's LayerNorm gains and biases: gains of zero with equal biases zero the loss whatever E is."""
+    norms = {}
+    for name in ("ln_embed", "ln_encoder_out"):
+        ln = getattr(model, name, None)
+        if ln is not None and ln.weight is not None:
+            norms[f"{name}_gain_norm"], norms[f"{name}_bias_norm"] = ln.weight.norm().item(), ln.bias.norm().item()
+    return norms

@@ -9,10 +9,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import tiny_model
 from model import Attention, ModelConfig, build_model, causal_attention, logits_needed, rotate
 
 TINY = dict(vocab_size=37, context_size=12, n_embed=16, n_head=2, n_layer=2)
+
+
+def tiny_model(vocab_size=50, context_size=16, **flags):
+    """A one-layer model of width 16, the same weights each call, in eval mode."""
+    torch.manual_seed(0)
+    return build_model(ModelConfig(vocab_size=vocab_size, context_size=context_size, n_layer=1, n_embed=16, n_head=2,
+                                   **flags)).eval()
 
 
 def tiny(**flags):

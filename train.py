@@ -28,11 +28,11 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import reversal
-from bench import duration, forward_seconds, matmul_peak, sync
-from configurator import configure, fail, pick_device
-from data import (append_log, check_dataset, check_same_data, hold_folder, load_checkpoint, make_folder, note_holder,
-                  prepare_hint, remove_stale_temporaries, truncate_log, write_atomic, write_error)
-from evaluate import embedding_norms, split_losses, window_starts as token_windows
+from configurator import configure, duration, fail, forward_seconds, matmul_peak, pick_device, sync
+from data import (append_log, check_dataset, check_same_data, embedding_norms, hold_folder, load_checkpoint, make_folder,
+                  note_holder, prepare_hint, remove_stale_temporaries, split_losses, truncate_log, write_atomic,
+                  write_error)
+from data import window_starts as token_windows
 from model import ModelConfig, build_model, logits_needed
 
 

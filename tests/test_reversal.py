@@ -1,7 +1,7 @@
 """Specifications of reversal.py, the zero-setup demo: its sequences, its held-out split, and that train.py and
 sample.py learn and decode it. CPU only, no network.
 
-    python -m pytest -q test_reversal.py
+    python -m pytest -q tests/test_reversal.py
 """
 import numpy as np
 

@@ -3,11 +3,13 @@ dataset with a finished run, a compacted-vocabulary dataset and fake WikiText-2 
 network beyond 127.0.0.1.
 
     python -m pytest -q                 # everything (~5 minutes on a 2-core CPU)
-    python -m pytest -q test_train.py   # one file of the project
+    python -m pytest -q tests/test_train.py   # one file of the project
 
-Each test_X.py is about X.py (test_configs.py: the config/ files); a test module imports its helpers from here,
+Each test_X.py is about X.py (test_configs.py: the config/ files; test_study.py and test_bench.py: lab/); a test
+module imports its helpers from here (tiny_model from test_model.py, the model's specification at the top level),
 never from another test module.
 """
+import glob
 import hashlib
 import io
 import json
@@ -20,14 +22,25 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import numpy as np
 import pytest
-import torch
 
-import prepare_wikipedia as pw
-from model import ModelConfig, build_model
-
-ROOT = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
+sys.path.insert(0, ROOT)  # the project's modules, whichever folder pytest runs from
+import prepare_wikipedia as pw  # noqa: E402
+from test_model import tiny_model  # noqa: E402, F401  (test_model.py, the model's specification, owns it)
 # one thread per script run: the machine has two cores; PYTHONPATH: the scripts import each other from any folder
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}
+
+
+def config_files(pattern="*"):
+    """Every config file whose name matches pattern, in config/ and lab/config/."""
+    return sorted(glob.glob(os.path.join(ROOT, "config", f"{pattern}.py"))
+                  + glob.glob(os.path.join(ROOT, "lab", "config", f"{pattern}.py")))
+
+
+def config_path(name):
+    """config/<name>.py, or lab/config/<name>.py for a config only the studies use."""
+    path = os.path.join(ROOT, "config", f"{name}.py")
+    return path if os.path.exists(path) else os.path.join(ROOT, "lab", "config", f"{name}.py")
 
 
 def run(script, *args, cwd, check=True, timeout=300, env=None):
@@ -97,16 +110,6 @@ def make_wikitext(path, num_articles=12):
             f.write(f" = = History = = \n \n It was first seen in 19{i:02d} . \n \n")
             f.write(f" = = = Later years = = = \n \n Nothing = else happened to topic {i} . \n \n")
     return titles
-
-# -----------------------------------------------------------------------------
-# models
-
-
-def tiny_model(vocab_size=50, context_size=16, **flags):
-    """A one-layer model of width 16, the same weights each call, in eval mode."""
-    torch.manual_seed(0)
-    return build_model(ModelConfig(vocab_size=vocab_size, context_size=context_size, n_layer=1, n_embed=16, n_head=2,
-                                   **flags)).eval()
 
 # -----------------------------------------------------------------------------
 # a prepared byte-level dataset and a finished run: train.py, sample.py, data.py and configurator.py tests

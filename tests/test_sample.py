@@ -1,7 +1,7 @@
 """Specifications of sample.py: it continues a prompt with the run's tokenizer, and each bad input ends in one line
 naming the problem and the fix. CPU only, no network. (The reversal model's sampling: test_reversal.py.)
 
-    python -m pytest -q test_sample.py
+    python -m pytest -q tests/test_sample.py
 """
 import json
 import shutil

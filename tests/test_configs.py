@@ -1,7 +1,7 @@
 """Specifications of the config/ files: their models have the write-ups' parameter counts, and an encoder-decoder
 at most its baseline's. (The GPT-2-token suite's configs: test_study.py.)
 
-    python -m pytest -q test_configs.py
+    python -m pytest -q tests/test_configs.py
 """
 import glob
 import os
@@ -10,7 +10,7 @@ import re
 import pytest
 
 from configurator import read_config
-from conftest import ROOT
+from conftest import ROOT, config_files, config_path
 from model import ModelConfig, build_model
 
 
@@ -23,15 +23,15 @@ def load_config(path):
     ("paper_baseline", 16_036_800), ("paper_smaller_baseline", 15_441_192), ("paper_dropout_baseline", 16_036_800),
     ("paper_encdec_mse_pos_sub", 15_763_500), ("paper_parallel", 15_698_400), ("paper_parallel_baseline", 15_850_380)])
 def test_paper_configs_have_the_write_ups_parameter_counts(name, params):
-    config = ModelConfig(vocab_size=50257, **load_config(os.path.join(ROOT, "config", f"{name}.py")))
+    config = ModelConfig(vocab_size=50257, **load_config(config_path(name)))
     assert build_model(config).num_params() == params
 
 
 def test_cpu_encoder_decoders_have_at_most_the_baselines_parameters():
     def params(name):  # byte vocab
-        return build_model(ModelConfig(**load_config(os.path.join(ROOT, "config", f"cpu_{name}.py")))).num_params()
+        return build_model(ModelConfig(**load_config(config_path(f"cpu_{name}")))).num_params()
     baseline = params("baseline")
-    others = [os.path.basename(p)[4:-3] for p in glob.glob(os.path.join(ROOT, "config", "cpu_*.py"))
+    others = [os.path.basename(p)[4:-3] for p in config_files("cpu_*")
               if not os.path.basename(p).startswith("cpu_gpt2_")]  # the GPT-2-token suite: test_study.py
     assert {"encdec_none", "encdec_mse_pos_sub", "parallel", "smaller_baseline"} <= set(others)
     for name in others:

@@ -3,11 +3,11 @@ Benchmark of the three variants: training throughput, MFU, peak memory and sampl
 the KV cache. Variants run interleaved, repeat by repeat, so that machine noise hits them alike; figures are
 medians over repeats, warm-up excluded.
 
-    python bench.py                  # paper configs and CPU-scale configs
-    python bench.py --quick          # fewer repeats, no 1000-token sampling
-    python bench.py --device=cuda --dtype=bfloat16 --compile
-    python bench.py --decode_only    # greedy decoding at batch 1 and 8 against Hugging Face's GPT-2 of the same shape
-    python bench.py --decode_only --compile   # ... and our decoding step compiled: its compile time and pay-off
+    python -m lab.bench                  # paper configs and CPU-scale configs
+    python -m lab.bench --quick          # fewer repeats, no 1000-token sampling
+    python -m lab.bench --device=cuda --dtype=bfloat16 --compile
+    python -m lab.bench --decode_only    # greedy decoding at batch 1 and 8 against Hugging Face's GPT-2 of the same shape
+    python -m lab.bench --decode_only --compile   # ... and our decoding step compiled: its compile time and pay-off
 
 The Hugging Face row needs `pip install transformers` (used by this benchmark only; skipped without it).
 """
@@ -15,6 +15,7 @@ The Hugging Face row needs `pip install transformers` (used by this benchmark on
 import argparse
 import contextlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -22,7 +23,8 @@ import time
 
 import torch
 
-from configurator import pick_device, read_config
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # also as `python lab/bench.py`
+from configurator import matmul_peak, pick_device, read_config, sync
 from model import ModelConfig, build_model, logits_needed
 
 CONFIGS = {  # name -> config files; the model flags are read from them, as train.py does
@@ -34,52 +36,6 @@ CONFIGS = {  # name -> config files; the model flags are read from them, as trai
 def model_config(path):
     settings = read_config(path)
     return ModelConfig(**{k: settings[k] for k in ModelConfig.flags() if k in settings})
-
-
-def sync(device):
-    """Wait for the device's queued work, so that a timer measures it (a GPU runs asynchronously)."""
-    if str(device).startswith(("cuda", "mps")):
-        getattr(torch, str(device).split(":")[0]).synchronize()
-
-
-def matmul_peak(device, dtype, n, repeats, warmup=2, pick=statistics.median):
-    """FLOP/s of an n x n x n matmul in dtype: the peak that MFU is measured against (here the median of the timed
-    repeats; train.py takes the fastest of 10 with no warm-up, since a CPU has no datasheet peak)."""
-    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
-    times = []
-    for _ in range(repeats + warmup):
-        sync(device)
-        t0 = time.perf_counter()
-        a @ b
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    return 2 * n ** 3 / pick(times[warmup:])
-
-
-@torch.no_grad()
-def forward_seconds(model, x, y, autocast, return_logits):
-    """Seconds of one evaluation forward pass (the faster of two: the first warms up); a training step costs ~3."""
-    was_training, seconds = model.training, []
-    model.eval()
-    for _ in range(2):
-        t0 = time.perf_counter()
-        with autocast:
-            model(x, y, return_logits=return_logits)
-        sync(x.device)
-        seconds.append(time.perf_counter() - t0)
-    model.train(was_training)
-    return min(seconds)
-
-
-def duration(seconds):
-    """e.g. 350 ms, 45 s, 12 min, 3.2 h, 2.5 days"""
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h" if seconds < 48 * 3600 else f"{seconds / 86400:.1f} days"
 
 
 class Trainer:

@@ -1,6 +1,6 @@
 """Specifications of study.py: its suites' configurations and the paired statistics behind the verdicts.
 
-    python -m pytest -q test_study.py
+    python -m pytest -q tests/test_study.py
 """
 import json
 import math
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import data
-import study
+from lab import study
 from configurator import read_config
 from conftest import ASCII_WORDS, ENV, ROOT, assert_interrupted, assert_one_line_error, run, word_articles
 from model import ModelConfig, build_model
@@ -22,7 +22,7 @@ from model import ModelConfig, build_model
 
 def model_of(suite, run):
     """The settings of a suite's run's config file, as train.py reads them, and its model."""
-    settings = read_config(os.path.join(ROOT, "config", f"{study.SUITES[suite]['config']}{run}.py"))
+    settings = read_config(os.path.join(ROOT, study.config_file(suite, run)))
     return settings, build_model(ModelConfig(**{k: v for k, v in settings.items() if k in ModelConfig.flags()}))
 
 
@@ -48,7 +48,7 @@ def test_a_heldout_run_trains_with_the_suites_overrides_after_its_config(tmp_pat
     monkeypatch.setattr(study.subprocess, "Popen", Process)
     study.train("gpt2_heldout", str(tmp_path), "baseline_slow", 3, 3000)
     cmd = commands[0]
-    assert cmd[2] == "config/cpu_gpt2_baseline_slow.py" and cmd[-3:] == study.SUITES["gpt2_heldout"]["args"]
+    assert cmd[2] == "lab/config/cpu_gpt2_baseline_slow.py" and cmd[-3:] == study.SUITES["gpt2_heldout"]["args"]
     assert "--seed=3" in cmd and "--max_iters=3000" in cmd
 
 
@@ -60,10 +60,10 @@ def test_pick_lr_takes_the_rate_whose_train_curve_is_nearest_the_bare_encoder_de
         with open(os.path.join(folder, "log.jsonl"), "w") as f:
             f.writelines(json.dumps({"iter": i, "train_loss": 6 - i / 400 + offset(i)}) + "\n"
                          for i in range(0, 1250, 50))
-    write_log(tmp_path / "results" / "gpt2_study" / "encdec_none_seed0", lambda i: 0)
+    write_log(tmp_path / "lab" / "results" / "gpt2_study" / "encdec_none_seed0", lambda i: 0)
     offsets = {0.002: lambda i: -i / 10000, 0.0015: lambda i: 0.02, 0.001: lambda i: 0.15}  # already trained
     for rate, offset in offsets.items():
-        write_log(tmp_path / "results" / "gpt2_lr_pick" / f"baseline_lr{rate:g}_seed0", offset)
+        write_log(tmp_path / "lab" / "results" / "gpt2_lr_pick" / f"baseline_lr{rate:g}_seed0", offset)
     assert study.pick_lr(list(offsets), 1) == 0.0015
 
 
@@ -404,6 +404,7 @@ def test_cost_counts_training_and_evaluation_flops_of_the_run():
 def test_cost_of_a_cpu_run_counts_every_val_token_and_512_train_windows_per_evaluation(tmp_path, monkeypatch):
     monkeypatch.setattr(study, "ROOT", str(tmp_path))  # a prepared dataset of 64,000 val tokens, and the configs
     shutil.copytree(os.path.join(ROOT, "config"), tmp_path / "config")
+    shutil.copytree(os.path.join(ROOT, "lab", "config"), tmp_path / "lab" / "config")
     os.makedirs(tmp_path / "data" / "wikitext2_valid-test_gpt2c")
     (tmp_path / "data" / "wikitext2_valid-test_gpt2c" / "meta.json").write_text('{"vocab_size": 18013, '
                                                                                  '"val_tokens": 64000}')
@@ -430,15 +431,15 @@ def test_jobs_on_gpus_each_see_only_their_own_and_never_share_one(tmp_path, monk
 
 
 def test_paper_dry_run_prints_the_plan_and_its_cost_without_a_gpu():
-    result = run("study.py", "--suite=paper", "--dry_run", cwd=ROOT, env={"CUDA_VISIBLE_DEVICES": ""})
+    result = run("lab/study.py", "--suite=paper", "--dry_run", cwd=ROOT, env={"CUDA_VISIBLE_DEVICES": ""})
     assert "24 runs of 9,000 steps" in result.stdout and "| encdec_cosine | 15,763,500 |" in result.stdout
     assert "A100 (312 TFLOP/s bf16 dense)" in result.stdout and "H100 (989 TFLOP/s bf16 dense)" in result.stdout
-    result = run("study.py", "--suite=paper", cwd=ROOT, env={"CUDA_VISIBLE_DEVICES": ""}, check=False)
+    result = run("lab/study.py", "--suite=paper", cwd=ROOT, env={"CUDA_VISIBLE_DEVICES": ""}, check=False)
     assert_one_line_error(result, "no GPU is visible", "--dry_run", "--device=cpu")
 
 
-PROJECT = ["study.py", "train.py", "model.py", "data.py", "configurator.py", "reversal.py", "evaluate.py", "bench.py",
-           "prepare_wikipedia.py"]
+PROJECT = ["lab/study.py", "train.py", "model.py", "data.py", "configurator.py", "reversal.py", "evaluate.py",
+           "lab/bench.py", "prepare_wikipedia.py"]
 TINY_PAPER = ["--seeds=2", "--max_iters=2", "--results=smoke", "--device=cpu", "--dtype=float32", "--compile=False",
               "--n_layer=1", "--n_embed=60", "--context_size=32", "--batch_size=2", "--gradient_accumulation_steps=1",
               "--eval_interval=1", "--eval_iters=2", "--warmup_iters=1"]
@@ -448,13 +449,15 @@ def test_paper_suite_smoke_run_on_the_cpu_every_configuration_then_its_summary(t
     """The paper suite's own code path at a tiny width: a copy of the project prepares its data from local text,
     prints the plan at the throughput it measures, trains every configuration for 2 steps with 2 seeds, resumes
     nothing it has finished, and summarises next to the write-up's figures."""
+    os.makedirs(tmp_path / "lab")
     for name in PROJECT:
         shutil.copy(os.path.join(ROOT, name), tmp_path / name)
     shutil.copytree(os.path.join(ROOT, "config"), tmp_path / "config")
+    shutil.copytree(os.path.join(ROOT, "lab", "config"), tmp_path / "lab" / "config")
     (tmp_path / "text.txt").write_text(word_articles(ASCII_WORDS, 20, 150))
 
     def study_copy(*args):  # the copy's own study.py, so that its data/ and results are in tmp_path
-        result = subprocess.run([sys.executable, "study.py", "--suite=paper", *args, *TINY_PAPER], cwd=tmp_path,
+        result = subprocess.run([sys.executable, "lab/study.py", "--suite=paper", *args, *TINY_PAPER], cwd=tmp_path,
                                 env={**ENV, "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr
         return result.stdout
@@ -521,7 +524,7 @@ def test_ctrl_c_stops_the_study_keeps_what_ran_and_says_how_to_go_on(tmp_path):
     fifo = tmp_path / "started"
     os.mkfifo(fifo)
     child = f"import signal; open({str(fifo)!r}, 'w').write('started\\n'); signal.pause()"
-    code = ("import subprocess, sys, study\n"
+    code = ("import subprocess, sys\nfrom lab import study\n"
             "real = subprocess.Popen\n"
             f"study.subprocess.Popen = lambda cmd, **kw: real([sys.executable, '-c', {child!r}], **kw)\n"
             f"study.run_all('gpt2', {str(tmp_path)!r}, [('baseline', seed) for seed in range(5)], 10, 2)\n")
@@ -534,7 +537,7 @@ def test_ctrl_c_stops_the_study_keeps_what_ran_and_says_how_to_go_on(tmp_path):
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130 and "Traceback" not in stderr, stderr
     assert_interrupted(subprocess.CompletedProcess([], 130, "", stderr), "2 cut short keep their last checkpoint",
-                       "baseline seed 0", "baseline seed 1", "`python study.py --suite=gpt2` goes on")
+                       "baseline seed 0", "baseline seed 1", "`python -m lab.study --suite=gpt2` goes on")
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     assert os.read(reader, 100) == b""  # no third run was started
     os.close(reader)

@@ -1,7 +1,7 @@
 """Specifications of configurator.py: config files, --key=value, --help, "did you mean", and `fail`, as train.py
 uses them. CPU only, no network.
 
-    python -m pytest -q test_configurator.py
+    python -m pytest -q tests/test_configurator.py
 """
 import ast
 import glob
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from configurator import fail, pick_device, read_config
-from conftest import ROOT, assert_one_line_error, log, run, train
+from conftest import ROOT, assert_one_line_error, config_files, config_path, log, run, train
 from model import ModelConfig
 
 
@@ -52,17 +52,17 @@ def own_settings(path):
 def base_of(path):
     """The config module a config file imports with `from config.X import *`, as a path; None if none."""
     bases = [node.module for node in ast.parse(open(path, encoding="utf-8").read()).body
-             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("config.")]
+             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("config.", "lab.config."))]
     return os.path.join(ROOT, *bases[0].split(".")) + ".py" if bases else None
 
 
 def test_read_config_of_a_config_that_imports_its_base_returns_the_inherited_settings(tmp_path):
     (tmp_path / "mine.py").write_text("from config.cpu_base import *\nmax_iters = 7\n")
-    base, mine = read_config(os.path.join(ROOT, "config", "cpu_base.py")), read_config(str(tmp_path / "mine.py"))
+    base, mine = read_config(config_path("cpu_base")), read_config(str(tmp_path / "mine.py"))
     assert base["dataset"] == "wikitext2_valid_byte" and base["max_iters"] != 7
     assert mine == {**base, "max_iters": 7}  # the settings only: no module, no underscore name
     # every config file that extends another: the other's settings, then its own
-    children = [path for path in sorted(glob.glob(os.path.join(ROOT, "config", "*.py"))) if base_of(path)]
+    children = [path for path in sorted(config_files()) if base_of(path)]
     assert len(children) > 20
     for path in children:
         settings, inherited, own = read_config(path), read_config(base_of(path)), own_settings(path)
@@ -70,8 +70,8 @@ def test_read_config_of_a_config_that_imports_its_base_returns_the_inherited_set
         assert {k: v for k, v in settings.items() if k not in own} == {k: v for k, v in inherited.items()
                                                                         if k not in own}, path
     # two levels: cpu_encdec_mse.py extends cpu_encdec_none.py, which extends cpu_base.py
-    assert base_of(os.path.join(ROOT, "config", "cpu_encdec_mse.py")).endswith("cpu_encdec_none.py")
-    settings = read_config(os.path.join(ROOT, "config", "cpu_encdec_mse.py"))
+    assert base_of(config_path("cpu_encdec_mse")).endswith("cpu_encdec_none.py")
+    settings = read_config(config_path("cpu_encdec_mse"))
     assert settings["dataset"] == base["dataset"] and settings["variant"] == "encdec"
     assert settings["embedding_loss"] == "mse"
 

@@ -1,7 +1,7 @@
 """Specifications of evaluate.py: every token once, bits per byte, and the same figure as train.py's whole-split
 evaluation (eval_iters=0). CPU only, no network. (The compacted GPT-2 vocabulary itself: test_data.py.)
 
-    python -m pytest -q test_evaluate.py
+    python -m pytest -q tests/test_evaluate.py
 """
 import json
 import math

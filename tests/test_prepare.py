@@ -2,7 +2,7 @@
 input, and the files it writes. CPU only, no network beyond 127.0.0.1. (The tokenizers and split_wikitext:
 test_data.py.)
 
-    python -m pytest -q test_prepare.py
+    python -m pytest -q tests/test_prepare.py
 """
 import json
 import os

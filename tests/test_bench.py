@@ -1,19 +1,19 @@
-"""Specifications of bench.py: it runs end to end in its quick mode and reports every variant (its figures are
+"""Specifications of lab/bench.py: it runs end to end in its quick mode and reports every variant (its figures are
 checked by reading them, not here), and its decoding race against Hugging Face's GPT-2.
 
-    python -m pytest -q test_bench.py
+    python -m pytest -q tests/test_bench.py
 """
 import json
 import os
 
 import pytest
 
-from conftest import ROOT, run
+from conftest import ROOT, config_path, run
 
 
 def test_quick_bench_reports_every_variant_with_identical_cached_sampling(tmp_path):
     out = tmp_path / "bench.json"
-    result = run("bench.py", "--quick", "--configs=cpu", "--repeats=1", "--batch_size=2", "--decode_tokens=4",
+    result = run("lab/bench.py", "--quick", "--configs=cpu", "--repeats=1", "--batch_size=2", "--decode_tokens=4",
                  "--decode_repeats=1", f"--json={out}", cwd=ROOT, timeout=600)
     rows = json.loads(out.read_text())["rows"]
     assert [r["variant"] for r in rows] == ["baseline", "encdec", "parallel"]
@@ -25,7 +25,7 @@ def test_quick_bench_reports_every_variant_with_identical_cached_sampling(tmp_pa
 
 def run_decode_race(tmp_path, env=None):
     out = tmp_path / "decode.json"
-    result = run("bench.py", "--decode_only", "--configs=cpu", "--decode_prompt=6", "--decode_tokens=6",
+    result = run("lab/bench.py", "--decode_only", "--configs=cpu", "--decode_prompt=6", "--decode_tokens=6",
                  "--decode_repeats=1", "--threads=1", f"--json={out}", cwd=ROOT, env=env)
     return result.stdout, json.loads(out.read_text())["decode"]
 
@@ -33,9 +33,9 @@ def run_decode_race(tmp_path, env=None):
 def test_hf_gpt2_holding_the_baseline_weights_gives_the_baseline_logits():
     pytest.importorskip("transformers")
     import torch
-    import bench
+    from lab import bench
     torch.manual_seed(0)
-    model = bench.build_model(bench.model_config(os.path.join(ROOT, "config", "cpu_baseline.py"))).eval()
+    model = bench.build_model(bench.model_config(config_path("cpu_baseline"))).eval()
     idx = torch.randint(0, model.config.vocab_size, (2, 9))
     with torch.no_grad():
         torch.testing.assert_close(bench.hf_gpt2(model)(idx).logits[:, -1:], model(idx)[0], rtol=1e-4, atol=1e-4)
@@ -64,7 +64,7 @@ def test_decode_race_without_transformers_skips_the_hf_row_saying_how_to_install
 
 def test_compiled_decoding_row_gives_the_eager_tokens_and_its_compile_cost(tmp_path, monkeypatch):
     import argparse
-    import bench
+    from lab import bench
     config = tmp_path / "tiny.py"
     config.write_text('variant = "baseline"\nn_embed = 16\nn_head = 2\nn_layer = 1\nvocab_size = 64\n'
                       'context_size = 16\n')

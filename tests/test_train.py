@@ -1,7 +1,7 @@
 """Specifications of train.py: exact resumes and DDP, its log and checkpoint, and its faults and bad inputs, each
 ending in one line naming the problem and the fix, or in correct behaviour, with no file lost. CPU only, no network.
 
-    python -m pytest -q test_train.py
+    python -m pytest -q tests/test_train.py
 
 train.py runs as a subprocess on a tiny model and a small generated text, prepared with prepare_wikipedia.py
 (--tokenizer byte): conftest.py's workdir. A full disk is a small tmpfs (small_disk: needs root, else skipped);

@@ -2,15 +2,15 @@
 The comparisons of the write-up "Auto-regressive Encoder-Decoder Transformer", re-run at CPU scale with several
 random seeds, through train.py: two suites, each resumable (run the same command again after an interruption).
 
-    python study.py --suite=gpt2     # GPT-2 tokens, many passes, overfitting: the write-up's regime (~4 h on 2 cores)
-    python study.py --suite=gpt2_long  # three of its runs to 3,000 steps: where val loss turns (~3 h)
-    python study.py --suite=byte     # byte tokens, under one pass: early learning speed (~45 min)
-    python study.py --suite=paper --dry_run  # the write-up's own table at its scale, on CUDA GPUs: plan and cost
-    python study.py --suite=paper    # 8 configurations x 3 seeds, one run per visible GPU (docs/reproduce.md)
-    python study.py --suite=gpt2 --summary           # the table of results so far, with paired differences
-    python study.py --suite=gpt2 --results=my_rerun  # train everything again into another folder
+    python -m lab.study --suite=gpt2     # GPT-2 tokens, many passes, overfitting: the write-up's regime (~4 h on 2 cores)
+    python -m lab.study --suite=gpt2_long  # three of its runs to 3,000 steps: where val loss turns (~3 h)
+    python -m lab.study --suite=byte     # byte tokens, under one pass: early learning speed (~45 min)
+    python -m lab.study --suite=paper --dry_run  # the write-up's own table at its scale, on CUDA GPUs: plan and cost
+    python -m lab.study --suite=paper    # 8 configurations x 3 seeds, one run per visible GPU (docs/reproduce.md)
+    python -m lab.study --suite=gpt2 --summary           # the table of results so far, with paired differences
+    python -m lab.study --suite=gpt2 --results=my_rerun  # train everything again into another folder
 
-Logs go to results/<suite>_study/<run>_seed<N>/log.jsonl (read by notebooks/loss_curves.ipynb); a run whose log
+Logs go to lab/results/<suite>_study/<run>_seed<N>/log.jsonl (read by notebooks/loss_curves.ipynb); a run whose log
 reaches max_iters is done, one with a checkpoint resumes from it. Checkpoints stay next to the logs (git ignores
 them), for evaluate.py and sample.py, and so that a run can be extended exactly by raising max_iters.
 Runs with the same seed see the same batches, so each comparison is made seed by seed (paired).
@@ -33,20 +33,21 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # also as `python lab/study.py`
 from configurator import fail, read_config
 from data import hold_folder, make_folder, note_holder, read_log
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: train.py, config/, data/
 SUITES = {
     # config/cpu_<run>.py, 200 steps (the configs say 300), seeds 0-2
-    "byte": dict(results="results/cpu_study", config="cpu_", seeds=[0, 1, 2], max_iters=200,
+    "byte": dict(results="lab/results/cpu_study", config="cpu_", seeds=[0, 1, 2], max_iters=200,
                  dataset="wikitext2_valid_byte", prepare=["--tokenizer=byte"], best="encdec_mse_pos_sub",
                  figures=["final_val"],
                  runs=["baseline", "smaller_baseline", "dropout_baseline", "encdec_none", "encdec_mse", "encdec_cosine",
                        "encdec_pos_sub", "encdec_mse_pos_sub", "parallel", "baseline_pos_sub"]),
     # config/cpu_gpt2_<run>.py as written; the first five are the core, run first for seeds 0-2 and then seeds 3 and 4
     # for every core run not told from the baseline by then (see close_runs); then the rest alike
-    "gpt2": dict(results="results/gpt2_study", config="cpu_gpt2_", seeds=[0, 1, 2], extra_seeds=[3, 4], max_iters=None,
+    "gpt2": dict(results="lab/results/gpt2_study", config="cpu_gpt2_", seeds=[0, 1, 2], extra_seeds=[3, 4], max_iters=None,
                  dataset="wikitext2_valid_gpt2c", prepare=["--tokenizer=gpt2", "--compact_vocab"], core=5,
                  best="encdec_mse_pos_sub_coeff1", figures=["best_val", "late_val", "final_val"],
                  train_levels=[4.6, 4.4, 4.2],
@@ -57,7 +58,7 @@ SUITES = {
     # encoder-decoder holds off overfitting; same batches and schedule as the gpt2 suite's runs, equal to float
     # rounding; seeds 3 and 4 by the same rule as the gpt2 suite. A run starts from the gpt2 suite's finished
     # checkpoint of the same config and seed where there is one (extends): the same run, 1,200 steps cheaper
-    "gpt2_long": dict(results="results/gpt2_long", config="cpu_gpt2_", seeds=[0, 1, 2], extra_seeds=[3, 4],
+    "gpt2_long": dict(results="lab/results/gpt2_long", config="cpu_gpt2_", seeds=[0, 1, 2], extra_seeds=[3, 4],
                       max_iters=3000, extends="gpt2",
                       dataset="wikitext2_valid_gpt2c", prepare=["--tokenizer=gpt2", "--compact_vocab"], core=3,
                       best="encdec_mse_pos_sub_coeff1", figures=["best_val", "late_val", "final_val"],
@@ -67,7 +68,7 @@ SUITES = {
     # evaluated on its test split (~296k tokens, also without the ids that never occur in training), every 100 steps,
     # 5 seeds; with the control for "fits more slowly", the baseline at a learning rate lowered so that its train
     # loss tracks the bare encoder-decoder's (config/cpu_gpt2_baseline_slow.py says how it was picked)
-    "gpt2_heldout": dict(results="results/gpt2_heldout", config="cpu_gpt2_", seeds=[0, 1, 2, 3, 4], max_iters=3000,
+    "gpt2_heldout": dict(results="lab/results/gpt2_heldout", config="cpu_gpt2_", seeds=[0, 1, 2, 3, 4], max_iters=3000,
                          dataset="wikitext2_valid-test_gpt2c", prepare=["--tokenizer=gpt2", "--compact_vocab"],
                          download=["--wikitext2=valid", "--wikitext2_val=test"],
                          args=["--dataset=wikitext2_valid-test_gpt2c", "--vocab_size=18013", "--eval_interval=100"],
@@ -78,7 +79,7 @@ SUITES = {
     # (read from there, not trained again): its 8 layers split 2 + 6 and 6 + 2 (4 + 4 is encdec_none), and rotary
     # positions with and without pos sub; its claims (NEXT_STEPS) are a family of their own. First, one seed each of
     # the pictures' runs: checkpoints for notebooks/loss_curves.ipynb's look at the embeddings (section 3)
-    "gpt2_next": dict(results="results/gpt2_next", config="cpu_gpt2_", seeds=[0, 1, 2, 3, 4], max_iters=3000,
+    "gpt2_next": dict(results="lab/results/gpt2_next", config="cpu_gpt2_", seeds=[0, 1, 2, 3, 4], max_iters=3000,
                       dataset="wikitext2_valid-test_gpt2c", prepare=["--tokenizer=gpt2", "--compact_vocab"],
                       download=["--wikitext2=valid", "--wikitext2_val=test"], reference="gpt2_heldout",
                       args=["--dataset=wikitext2_valid-test_gpt2c", "--vocab_size=18013", "--eval_interval=100"],
@@ -88,7 +89,7 @@ SUITES = {
     # The write-up's own table at its own scale: config/paper_<run>.py as written (9,000 steps of 160,000 tokens), on
     # WikiText-103 articles sized to its token files (prepare_wikipedia.py --wikitext103), on CUDA with bf16 autocast
     # and torch.compile, one run per visible GPU; the primary comparisons first (docs/reproduce.md pre-registers them)
-    "paper": dict(results="results/paper_study", config="paper_", seeds=[0, 1, 2], max_iters=None,
+    "paper": dict(results="lab/results/paper_study", config="paper_", seeds=[0, 1, 2], max_iters=None,
                   dataset="wikitext103", prepare=[], download=["--wikitext103"], core=3, gpu=True,
                   args=["--dataset=wikitext103", "--device=cuda", "--dtype=bfloat16", "--compile=True"],
                   best="encdec_mse_pos_sub", figures=["late_val"],  # the pre-registered figure; the others: table
@@ -102,9 +103,16 @@ WRITE_UP_RUNS = {"baseline": (2.937, 3.424), "smaller_baseline": (2.958, 3.416),
                  "encdec_pos_sub": (2.979, 3.381), "encdec_mse_pos_sub": (2.982, 3.378)}
 
 
+def config_file(suite, run):
+    """The run's config, relative to the repository: lab/config/<prefix><run>.py for a study-only one, else the one in
+    config/ that users run too."""
+    name = f"{SUITES[suite]['config']}{run}.py"
+    return f"lab/config/{name}" if os.path.exists(os.path.join(ROOT, "lab", "config", name)) else f"config/{name}"
+
+
 def config_value(suite, run, key):
-    """A setting of config/<prefix><run>.py, read as train.py reads it."""
-    return read_config(os.path.join(ROOT, "config", f"{SUITES[suite]['config']}{run}.py"))[key]
+    """A setting of the run's config file, read as train.py reads it."""
+    return read_config(os.path.join(ROOT, config_file(suite, run)))[key]
 
 
 def suite_iters(suite, run):
@@ -144,7 +152,7 @@ def train(suite, results, run, seed, max_iters, overrides=(), gpu=None):
     ckpt = os.path.join(out_dir, "ckpt.pt")
     started_at = None if os.path.exists(ckpt) else start_from_shorter_run(suite, run, seed, out_dir)
     resume = os.path.exists(ckpt)
-    cmd = [sys.executable, "train.py", f"config/{SUITES[suite]['config']}{run}.py", f"--seed={seed}",
+    cmd = [sys.executable, "train.py", config_file(suite, run), f"--seed={seed}",
            f"--out_dir={os.path.relpath(out_dir, ROOT)}", f"--max_iters={max_iters}"]
     cmd += SUITES[suite].get("args", []) + list(overrides)
     if suite == "byte":  # a shorter study keeps the configs' schedule shape: the cosine reaches min_lr at the last step
@@ -173,7 +181,7 @@ def pick_lr(rates, n_jobs, seed=0, reference="encdec_none"):
     """The control's learning rate, picked on seed 0 of the gpt2 suite (same text, schedule and evaluation): baselines
     at each rate (min_lr a tenth of it), and the rate whose train-loss curve is nearest the bare encoder-decoder's
     (root mean square difference over the evaluations from step 100)."""
-    results = os.path.join(ROOT, "results", "gpt2_lr_pick")
+    results = os.path.join(ROOT, "lab", "results", "gpt2_lr_pick")
     ref_log = read_log(os.path.join(ROOT, run_dir(SUITES["gpt2"]["results"], reference, seed), "log.jsonl"))[0]
     ref = {r["iter"]: r["train_loss"] for r in ref_log}
 
@@ -237,7 +245,7 @@ def run_all(suite, results, jobs, max_iters, n_jobs, overrides=(), gpus=()):
         done = sum(last is not None for _, (_, last) in ended)
         print(f"interrupted: {done} run(s) of this batch finished and are kept in {os.path.relpath(results)}/; "
               f"{len(cut)} cut short keep their last checkpoint ({', '.join(cut) or 'none'}); "
-              f"`python study.py --suite={suite}` goes on from there", file=sys.stderr, flush=True)
+              f"`python -m lab.study --suite={suite}` goes on from there", file=sys.stderr, flush=True)
         raise SystemExit(130)
     pool.shutdown()
     return failed
@@ -258,7 +266,7 @@ def parse_overrides(args):
     for arg in args:
         key, has_value, text = arg[2:].partition("=")
         if not arg.startswith("--") or not has_value or not key:
-            fail(f"'{arg}' is neither a study.py option nor a train.py setting --key=value; see python study.py -h")
+            fail(f"'{arg}' is neither a study.py option nor a train.py setting --key=value; see python -m lab.study -h")
         try:
             out[key] = ast.literal_eval(text)
         except (ValueError, SyntaxError):
@@ -268,7 +276,7 @@ def parse_overrides(args):
 
 def run_settings(suite, run, overrides=()):
     """The settings of one run of a suite: its config file, then the suite's train.py arguments, then overrides."""
-    settings = read_config(os.path.join(ROOT, "config", f"{SUITES[suite]['config']}{run}.py"))
+    settings = read_config(os.path.join(ROOT, config_file(suite, run)))
     settings.update(parse_overrides(SUITES[suite].get("args", []) + list(overrides)))
     return settings
 
@@ -786,7 +794,7 @@ def summary(suite, results, max_iters=None, seeds=None):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suite", default="gpt2", choices=sorted(SUITES), help="which study (default gpt2)")
-    parser.add_argument("--results", default=None, help="folder of the logs (default results/<suite>_study)")
+    parser.add_argument("--results", default=None, help="folder of the logs (default lab/results/<suite>_study)")
     parser.add_argument("--max_iters", type=int, default=None, help="steps per run (default: the suite's)")
     parser.add_argument("--seeds", type=int, default=None, help="seeds 0 .. N-1 (default: the suite's)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time on a CPU, one thread each (on CUDA: "
@@ -799,7 +807,7 @@ def main(argv=None):
     parser.add_argument("--dry_run", action="store_true", help="print the plan and its cost, and stop")
     parser.add_argument("--pick_lr", default=None, help="comma-separated learning rates: pick the gpt2_heldout "
                                                         "control's (see pick_lr) and stop")
-    parser.error = lambda message: fail(f"{message} (see python study.py --help)")
+    parser.error = lambda message: fail(f"{message} (see python -m lab.study --help)")
     args, overrides = parser.parse_known_args(argv)
     args.input, args.val_input = (path and os.path.abspath(path) for path in (args.input, args.val_input))
     parse_overrides(overrides)  # one line for anything that is not --key=value
@@ -819,7 +827,7 @@ def main(argv=None):
     if args.summary:
         if not any(os.path.exists(os.path.join(results, name, "log.jsonl"))
                    for name in (os.listdir(results) if os.path.isdir(results) else [])):
-            fail(f"no runs in {os.path.relpath(results)}/ yet; train them with `python study.py --suite={args.suite}`")
+            fail(f"no runs in {os.path.relpath(results)}/ yet; train them with `python -m lab.study --suite={args.suite}`")
         summary(args.suite, results, args.max_iters, seeds if args.seeds else None)
         return 0
     max_iters = args.max_iters or suite.get("max_iters")
@@ -866,7 +874,7 @@ def main(argv=None):
             extra = [(run, seed) for seed in extra_seeds for run in (["baseline"] + close if close else [])]
             failed += run_all(args.suite, results, extra, max_iters, args.jobs, overrides, gpus)
     print(f"study done{f', {failed} run(s) FAILED' if failed else ''}; "
-          f"the table: python study.py --suite={args.suite} --summary"
+          f"the table: python -m lab.study --suite={args.suite} --summary"
           + "".join(f" {arg}" for arg in (argv if argv is not None else sys.argv[1:])
                     if arg.startswith(("--results", "--max_iters", "--seeds"))))
     return 1 if failed else 0

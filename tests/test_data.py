@@ -2,7 +2,7 @@
 prepares a missing dataset, the checks that a dataset is whole (check_dataset, as train.py runs them at start), and
 the log and file writers (read_log, write_atomic). CPU only, no network beyond 127.0.0.1.
 
-    python -m pytest -q test_data.py
+    python -m pytest -q tests/test_data.py
 """
 import errno
 import json
