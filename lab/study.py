@@ -10,7 +10,7 @@ random seeds, through train.py: two suites, each resumable (run the same command
     python -m lab.study --suite=gpt2 --summary           # the table of results so far, with paired differences
     python -m lab.study --suite=gpt2 --results=my_rerun  # train everything again into another folder
 
-Logs go to lab/results/<suite>_study/<run>_seed<N>/log.jsonl (read by notebooks/loss_curves.ipynb); a run whose log
+Logs go to lab/results/<suite>_study/<run>_seed<N>/log.jsonl (read by notebooks/02_loss_curves.ipynb); a run whose log
 reaches max_iters is done, one with a checkpoint resumes from it. Checkpoints stay next to the logs (git ignores
 them), for evaluate.py and sample.py, and so that a run can be extended exactly by raising max_iters.
 Runs with the same seed see the same batches, so each comparison is made seed by seed (paired).
@@ -78,7 +78,7 @@ SUITES = {
     # The write-up's next steps on gpt2_heldout's 60 articles, against that suite's baseline and bare encoder-decoder
     # (read from there, not trained again): its 8 layers split 2 + 6 and 6 + 2 (4 + 4 is encdec_none), and rotary
     # positions with and without pos sub; its claims (NEXT_STEPS) are a family of their own. First, one seed each of
-    # the pictures' runs: checkpoints for notebooks/loss_curves.ipynb's look at the embeddings (section 3)
+    # the pictures' runs: checkpoints for notebooks/02_loss_curves.ipynb's look at the embeddings (section 3)
     "gpt2_next": dict(results="lab/results/gpt2_next", config="cpu_gpt2_", seeds=[0, 1, 2, 3, 4], max_iters=3000,
                       dataset="wikitext2_valid-test_gpt2c", prepare=["--tokenizer=gpt2", "--compact_vocab"],
                       download=["--wikitext2=valid", "--wikitext2_val=test"], reference="gpt2_heldout",
