@@ -23,8 +23,8 @@ import time
 import numpy as np
 
 from configurator import fail, on_ctrl_c, pick_device
-from data import (check_same_data, get_tokenizer, gpt2_encoding, load_checkpoint, read_meta, split_wikitext, window_losses,
-                  window_starts)
+from data import (check_same_data, get_tokenizer, gpt2_encoding, load_checkpoint, read_meta, split_wikitext,
+                  window_losses, window_starts)
 
 
 def token_byte_lengths(meta):

@@ -29,10 +29,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import reversal
 from configurator import configure, duration, fail, forward_seconds, matmul_peak, pick_device, sync
-from data import (append_log, check_dataset, check_same_data, embedding_norms, hold_folder, load_checkpoint, make_folder,
-                  note_holder, prepare_hint, remove_stale_temporaries, split_losses, truncate_log, write_atomic,
-                  write_error)
-from data import window_starts as token_windows
+from data import (append_log, check_dataset, check_same_data, embedding_norms, hold_folder, load_checkpoint,
+                  make_folder, note_holder, prepare_hint, remove_stale_temporaries, split_losses, truncate_log,
+                  window_starts, write_atomic, write_error)
 from model import ModelConfig, build_model, logits_needed
 
 
@@ -368,7 +367,7 @@ if master:
     # early, before a long first evaluation: how long the run will take, timed on one forward pass
     forward = forward_seconds(raw_model, *get_batch("val", eval_rng("val", 0)), autocast, return_logits)
     eval_batches = eval_iters or math.ceil(
-        len(token_windows(os.path.getsize(os.path.join(data_dir, "val.bin")) // 2, block)) / batch_size)
+        len(window_starts(os.path.getsize(os.path.join(data_dir, "val.bin")) // 2, block)) / batch_size)
     iter_seconds, eval_seconds = 3 * len(my_micro_steps) * forward, 2 * eval_batches * forward
     total = (max_iters - iter_num) * iter_seconds + evals_left(iter_num + (init_from == "resume")) * eval_seconds
     print(f"estimated: {duration(iter_seconds)} per iteration, {duration(eval_seconds)} per evaluation, "

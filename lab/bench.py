@@ -6,7 +6,7 @@ medians over repeats, warm-up excluded.
     python -m lab.bench                  # paper configs and CPU-scale configs
     python -m lab.bench --quick          # fewer repeats, no 1000-token sampling
     python -m lab.bench --device=cuda --dtype=bfloat16 --compile
-    python -m lab.bench --decode_only    # greedy decoding at batch 1 and 8 against Hugging Face's GPT-2 of the same shape
+    python -m lab.bench --decode_only  # greedy decoding at batch 1 and 8 against Hugging Face's GPT-2 of the same shape
     python -m lab.bench --decode_only --compile   # ... and our decoding step compiled: its compile time and pay-off
 
 The Hugging Face row needs `pip install transformers` (used by this benchmark only; skipped without it).

@@ -2,7 +2,7 @@
 The comparisons of the write-up "Auto-regressive Encoder-Decoder Transformer", re-run at CPU scale with several
 random seeds, through train.py: two suites, each resumable (run the same command again after an interruption).
 
-    python -m lab.study --suite=gpt2     # GPT-2 tokens, many passes, overfitting: the write-up's regime (~4 h on 2 cores)
+    python -m lab.study --suite=gpt2   # GPT-2 tokens, many passes, overfitting: the write-up's regime (~4 h on 2 cores)
     python -m lab.study --suite=gpt2_long  # three of its runs to 3,000 steps: where val loss turns (~3 h)
     python -m lab.study --suite=byte     # byte tokens, under one pass: early learning speed (~45 min)
     python -m lab.study --suite=paper --dry_run  # the write-up's own table at its scale, on CUDA GPUs: plan and cost
@@ -47,9 +47,9 @@ SUITES = {
                        "encdec_pos_sub", "encdec_mse_pos_sub", "parallel", "baseline_pos_sub"]),
     # config/cpu_gpt2_<run>.py as written; the first five are the core, run first for seeds 0-2 and then seeds 3 and 4
     # for every core run not told from the baseline by then (see close_runs); then the rest alike
-    "gpt2": dict(results="lab/results/gpt2_study", config="cpu_gpt2_", seeds=[0, 1, 2], extra_seeds=[3, 4], max_iters=None,
-                 dataset="wikitext2_valid_gpt2c", prepare=["--tokenizer=gpt2", "--compact_vocab"], core=5,
-                 best="encdec_mse_pos_sub_coeff1", figures=["best_val", "late_val", "final_val"],
+    "gpt2": dict(results="lab/results/gpt2_study", config="cpu_gpt2_", seeds=[0, 1, 2], extra_seeds=[3, 4],
+                 max_iters=None, dataset="wikitext2_valid_gpt2c", prepare=["--tokenizer=gpt2", "--compact_vocab"],
+                 core=5, best="encdec_mse_pos_sub_coeff1", figures=["best_val", "late_val", "final_val"],
                  train_levels=[4.6, 4.4, 4.2],
                  runs=["baseline", "encdec_none", "encdec_mse_pos_sub", "encdec_mse_pos_sub_coeff1",
                        "encdec_mse_pos_sub_fixed_ln", "smaller_baseline", "dropout_baseline", "encdec_pos_sub",
@@ -556,8 +556,8 @@ def with_holm(rows, alpha=0.05):
 
 
 def words(row):
-    """The verdict in words: holds / contradicted after Holm, or not detected with the effects its adjusted interval (the
-    one the verdict rests on) still allows."""
+    """The verdict in words: holds / contradicted after Holm, or not detected with the effects its adjusted interval
+    (the one the verdict rests on) still allows."""
     if row["adjusted"] != "not detected":
         return row["adjusted"]
     low, high = row["ci_adj"]
@@ -827,7 +827,8 @@ def main(argv=None):
     if args.summary:
         if not any(os.path.exists(os.path.join(results, name, "log.jsonl"))
                    for name in (os.listdir(results) if os.path.isdir(results) else [])):
-            fail(f"no runs in {os.path.relpath(results)}/ yet; train them with `python -m lab.study --suite={args.suite}`")
+            fail(f"no runs in {os.path.relpath(results)}/ yet; "
+                 f"train them with `python -m lab.study --suite={args.suite}`")
         summary(args.suite, results, args.max_iters, seeds if args.seeds else None)
         return 0
     max_iters = args.max_iters or suite.get("max_iters")
