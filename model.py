@@ -21,28 +21,29 @@ from torch.nn import functional as F
 
 @dataclass
 class ModelConfig:
-    variant: str = "encdec"  # baseline | encdec | parallel
-    vocab_size: int = 50257
-    context_size: int = 200
-    n_embed: int = 150
-    n_layer: int = 13  # layers per side for the encoder-decoders, as in the write-ups
-    n_head: int = 5
-    dropout: float = 0.0
-    bias: bool = False
+    variant: str = "encdec"  # baseline | encdec | parallel: decoder-only GPT, the write-up's model, its draft's
+    vocab_size: int = 50257  # tokens in the vocabulary: GPT-2's (train.py: the dataset's)
+    context_size: int = 200  # the most tokens read at once: positions 0 .. context_size - 1
+    n_embed: int = 150  # C, the width of the embeddings and of every layer's input and output
+    n_layer: int = 13  # layers; per side for the encoder-decoders, as in the write-ups
+    n_head: int = 5  # heads of every self-attention
+    dropout: float = 0.0  # dropout probability on E, the attention weights and every residual branch
+    bias: bool = False  # biases in the Linear layers and LayerNorms (LayerNorm_a and _b have theirs anyway)
     rotary: bool = False  # rotary positions (RoPE) in every attention, instead of a learned table added to E
-    # The encoder-decoders' flags. None takes the variant's default (the DEFAULTS below); the baseline has none of them.
-    n_encoder_layer: Optional[int] = None
-    n_decoder_layer: Optional[int] = None
-    cross_n_head: Optional[int] = None  # heads of the cross-attention
-    embedding_loss: Optional[str] = None  # none | mse | cosine | log_cosine
-    embedding_loss_coeff: Optional[float] = None  # loss = cross-entropy + coeff x embedding loss
-    embedding_ln: Optional[str] = None  # none | init | avg_cum_sum: where LayerNorm_a goes
-    encoder_out_ln: Optional[bool] = None  # LayerNorm_b on the encoder output
-    detach: Optional[str] = None  # none | embedding | encoder_out: which side the embedding loss does not train
-    embedding_ln_affine: Optional[bool] = None  # learnable gains / biases in LayerNorm_a and _b
-    sub_pos_embed: Optional[str] = None  # no | yes | yes_ln: subtract the next position's embedding before the output
-    add_pos_embed_to_decoder: Optional[bool] = None  # add the next position's embedding to the decoder's input
-    decoder_order: Optional[str] = None  # self_first | cross_first: which attention a decoder block runs first
+    # The encoder-decoders' flags; None: the default named last (check_flags, at the end, fills it in). The baseline
+    # takes only embedding_loss=none and sub_pos_embed (None: no).
+    n_encoder_layer: Optional[int] = None  # layers of the encoder; None: n_layer
+    n_decoder_layer: Optional[int] = None  # layers of the decoder; None: n_layer
+    cross_n_head: Optional[int] = None  # heads of the cross-attention; None: 2 x n_head
+    embedding_loss: Optional[str] = None  # none | mse | cosine | log_cosine; None: mse (baseline: none)
+    embedding_loss_coeff: Optional[float] = None  # loss = cross-entropy + coeff x embedding loss; None: 8.0
+    embedding_ln: Optional[str] = None  # none | init | avg_cum_sum: where LayerNorm_a goes; None: init
+    encoder_out_ln: Optional[bool] = None  # LayerNorm_b on the encoder output; None: True
+    detach: Optional[str] = None  # none | embedding | encoder_out: not trained by the embedding loss; None: encoder_out
+    embedding_ln_affine: Optional[bool] = None  # learnable gains / biases in LayerNorm_a and _b; None: True
+    sub_pos_embed: Optional[str] = None  # no | yes | yes_ln: subtract next position's embedding at the end; None: yes
+    add_pos_embed_to_decoder: Optional[bool] = None  # add next position's embedding to the decoder input; None: False
+    decoder_order: Optional[str] = None  # self_first | cross_first: a decoder block's first attention; None: self_first
 
     def __post_init__(self):
         check_flags(self)  # fills in the defaults; at the end of this file
@@ -50,15 +51,6 @@ class ModelConfig:
     @classmethod
     def flags(cls):
         return [f.name for f in fields(cls)]
-
-
-# The defaults of the encoder-decoders' flags: the write-up's best configuration. The baseline has none of them but
-# embedding_loss ("none") and sub_pos_embed ("no" unless asked); the embedding-loss flags need an embedding loss.
-ENCODER_DECODER_DEFAULTS = dict(n_encoder_layer=lambda c: c.n_layer, n_decoder_layer=lambda c: c.n_layer,
-                                cross_n_head=lambda c: 2 * c.n_head, add_pos_embed_to_decoder=False,
-                                decoder_order="self_first", embedding_loss="mse", sub_pos_embed="yes")
-EMBEDDING_LOSS_DEFAULTS = dict(embedding_loss_coeff=8.0, embedding_ln="init", encoder_out_ln=True,
-                               detach="encoder_out", embedding_ln_affine=True)
 
 
 def rotate(x, pos):
@@ -422,6 +414,15 @@ def logits_needed(config, device_type):
 CHOICES = dict(variant=("baseline", "encdec", "parallel"), embedding_loss=("none", "mse", "cosine", "log_cosine"),
                embedding_ln=("none", "init", "avg_cum_sum"), detach=("none", "embedding", "encoder_out"),
                sub_pos_embed=("no", "yes", "yes_ln"), decoder_order=("self_first", "cross_first"))
+
+
+# The defaults of the encoder-decoders' flags (named in ModelConfig's comments): the write-up's best configuration.
+# The embedding-loss flags need an embedding loss.
+ENCODER_DECODER_DEFAULTS = dict(n_encoder_layer=lambda c: c.n_layer, n_decoder_layer=lambda c: c.n_layer,
+                                cross_n_head=lambda c: 2 * c.n_head, add_pos_embed_to_decoder=False,
+                                decoder_order="self_first", embedding_loss="mse", sub_pos_embed="yes")
+EMBEDDING_LOSS_DEFAULTS = dict(embedding_loss_coeff=8.0, embedding_ln="init", encoder_out_ln=True,
+                               detach="encoder_out", embedding_ln_affine=True)
 
 
 def check_flags(c):

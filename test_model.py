@@ -3,14 +3,17 @@
     python -m pytest -q test_model.py
 """
 
+import inspect
 import itertools
+import re
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from conftest import tiny_model
-from model import Attention, ModelConfig, build_model, causal_attention, logits_needed, rotate
+from model import (EMBEDDING_LOSS_DEFAULTS, ENCODER_DECODER_DEFAULTS, Attention, ModelConfig, build_model,
+                   causal_attention, logits_needed, rotate)
 
 TINY = dict(vocab_size=37, context_size=12, n_embed=16, n_head=2, n_layer=2)
 
@@ -418,6 +421,18 @@ def test_defaults_are_the_write_ups_best_configuration():
     assert (c.sub_pos_embed, c.add_pos_embed_to_decoder, c.decoder_order) == ("yes", False, "self_first")
     b = ModelConfig(variant="baseline")
     assert (b.embedding_loss, b.sub_pos_embed, b.cross_n_head) == ("none", "no", None)
+
+
+def test_every_config_field_has_a_one_line_meaning_that_names_its_real_default():
+    # train.py --help prints the comment beside each field; a field written None names the value it stands for
+    comments = dict(re.findall(r"^    (\w+):[^#]*=[^#]*#\s*(.+)$", inspect.getsource(ModelConfig), re.M))
+    assert list(comments) == ModelConfig.flags()
+    stands_for = {"n_encoder_layer": "n_layer", "n_decoder_layer": "n_layer", "cross_n_head": "2 x n_head"}
+    for flag, default in {**ENCODER_DECODER_DEFAULTS, **EMBEDDING_LOSS_DEFAULTS}.items():
+        assert getattr(ModelConfig, flag) is None
+        assert f"None: {stands_for.get(flag, default)}" in comments[flag]
+    c = ModelConfig(n_layer=3, n_head=2, n_embed=8)
+    assert (c.n_encoder_layer, c.n_decoder_layer, c.cross_n_head) == (3, 3, 4)
 
 
 # --- the fast loss path ---
