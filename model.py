@@ -82,7 +82,7 @@ class Attention(nn.Module):
 
     def __init__(self, config, n_head, cross=False):
         super().__init__()
-        C, self.n_head, self.cross, self.context_size = config.n_embed, n_head, cross, config.context_size
+        C, self.n_head, self.cross = config.n_embed, n_head, cross
         if cross:
             self.q_proj = nn.Linear(C, C, bias=config.bias)
             self.kv_proj = nn.Linear(C, 2 * C, bias=config.bias)
@@ -100,13 +100,10 @@ class Attention(nn.Module):
         kv = kv.view(B, T, 2, nh, hs).permute(2, 0, 3, 1, 4)  # (2, B, nh, T, hs): keys, values
         if self.rotary:  # queries and keys turned by their positions (cross-attention: the encoder's are the same)
             q, kv = rotate(q, pos), torch.stack((rotate(kv[0], pos), kv[1]))
-        if cache is not None:  # this module's keys / values of every position so far, in one buffer per module
-            buffers = cache["kv"]  # keyed by the module's number: fixed shapes and plain keys, so decoding compiles
-            if self.number not in buffers:  # allocated once for the whole context, head size padded to a multiple of 8
-                buffers[self.number] = kv.new_zeros(2, B, nh, self.context_size, hs + -hs % 8)
-            buffers[self.number][..., pos, :hs] = kv  # written in place at the current positions
-            kv = buffers[self.number]
-        y = causal_attention(q, kv[0], kv[1], self.dropout if self.training else 0.0, cache and cache["mask"])
+        mask = None  # causal over these T positions
+        if cache is not None:  # generation: the earlier positions' keys / values too (the KV cache, after the model)
+            kv, mask = cached_keys_values(cache, self.number, kv, pos)
+        y = causal_attention(q, kv[0], kv[1], self.dropout if self.training else 0.0, mask)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side again
         return self.resid_dropout(self.out_proj(y))
 
@@ -206,16 +203,15 @@ class Transformer(nn.Module):
         return sum(p.numel() for p in self.parameters()) - (self.wpe.weight.numel() if self.wpe is not None else 0)
 
     def hidden_states(self, idx, cache=None):
-        """The three stacks: the states before the output layer (B, T, C), E, and the encoder output. cache: {}, or
-        what the previous call left in it: idx continues its positions."""
+        """The three forward passes: the states before the output layer (B, T, C), E, and the encoder output (None
+        for the baseline). cache: {}, or a KV cache whose positions idx continues (the KV cache, after the model)."""
         c = self.config
-        B, T = idx.size()
+        T = idx.size(1)
         assert cache is not None or T <= c.context_size, f"sequence of {T} tokens is longer than {c.context_size}"
-        if cache is not None and not cache:  # a new cache: a buffer per attention module, position 0 (a tensor)
-            cache.update(kv={}, length=torch.zeros((), dtype=torch.long, device=idx.device))
-        pos = torch.arange(T, device=idx.device) + (0 if cache is None else cache["length"])
-        if cache is not None:  # query i, at position pos[i], sees the keys up to it (not the rest of the buffer)
-            cache = {**cache, "mask": torch.arange(c.context_size, device=idx.device) <= pos[:, None]}
+        if cache is None:
+            pos = torch.arange(T, device=idx.device)  # (T,)
+        else:  # generation: the positions after the cached ones
+            pos, cache = continue_cache(cache, T, c.context_size, idx.device)
         # E = token embedding + positional embedding (rotary positions: the token embedding alone)
         E = self.drop(self.wte(idx) if c.rotary else self.wte(idx) + self.wpe(pos))  # (B, T, C)
         # the next tokens' positions 1..T: subtracted before the output layer, or added to the decoder's input
@@ -253,8 +249,6 @@ class Transformer(nn.Module):
             x = x - next_pos_embed
             if c.sub_pos_embed == "yes_ln":
                 x = self.ln_sub_pos(x)
-        if cache is not None:
-            cache["length"].add_(T)  # in place: the step has no Python-side effect, so it compiles whole
         return x, E, encoder_out
 
     def forward(self, idx, targets=None, cache=None, return_logits=True):
@@ -328,19 +322,17 @@ class Transformer(nn.Module):
 
     @torch.inference_mode()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, compile=False):
-        """Append max_new_tokens sampled tokens to idx (B, T). With use_cache, every attention module writes its
-        keys / values into a buffer preallocated for the whole context, so each step runs only the new token; past
-        context_size the window slides and a new cache is filled from it, because absolute positions shift.
-        compile: the one-token step, of fixed shapes, runs as one graph of torch.compile(fullgraph=True)."""
+        """Append max_new_tokens tokens to idx (B, T), each drawn from the next token's logits given the last
+        context_size tokens (top_k=1: the most likely one). use_cache and compile: the same tokens, faster (the KV
+        cache, after the model)."""
         ctx, filled = self.config.context_size, 0  # filled: positions in the cache, counted here, not on the device
         one_token_step = self.decode_step if not compile else self.__dict__.setdefault(
             "compiled_step", torch.compile(self.decode_step, fullgraph=True))  # compiled at its first call, once
         lm_head_t = self.lm_head.weight.T.contiguous()  # (C, vocab): one row's logits come ~4x faster on a CPU
         for _ in range(max_new_tokens):
-            if use_cache and 0 < filled < ctx:
-                # only the newest token: idx_next, not a view of idx, whose strides change at each step (a recompile)
+            if use_cache and 0 < filled < ctx:  # only the newest token: the cache holds the others' keys / values
                 logits, filled = one_token_step(idx_next, cache, lm_head_t), filled + 1
-            else:  # the whole window: first step, no cache, or a sliding window
+            else:  # the whole window: the first step, no cache, or a window that slid (a new cache)
                 cache = {} if use_cache else None
                 logits, filled = self.decode_step(idx[:, -ctx:], cache, lm_head_t), min(idx.size(1), ctx)
             logits = (logits - logits.amax(-1, keepdim=True)) / temperature  # max 0: no overflow at any temperature
@@ -355,6 +347,38 @@ class Transformer(nn.Module):
 
 def build_model(config):
     return Transformer(config)
+
+
+# -----------------------------------------------------------------------------
+# The KV cache: generation without recomputing the past
+#
+# Attention is causal, so a position's keys and values never change once computed: each new token needs only its own,
+# the others are kept from the steps before. A cache is a dict that hidden_states fills and each Attention reads:
+#   cache["kv"][module.number]  (2, B, nh, context_size, hs): the module's keys and values, allocated once for the
+#                               whole context and written in place (hs padded to a multiple of 8: causal_attention)
+#   cache["length"]             the positions filled so far, a tensor, advanced in place
+# Fixed shapes, plain keys and a position held in a tensor let one torch.compile(fullgraph=True) graph of decode_step
+# serve every position; generate feeds it idx_next, as a view of idx changes strides each step (a recompile). Past
+# context_size the window slides and every absolute position shifts: generate starts a new cache from the window.
+
+def continue_cache(cache, T, context_size, device):
+    """The positions (T,) of T new tokens after the cached ones, and the cache for this call's Attention modules, with
+    the (T, context_size) mask of the keys each query may see: those up to its position, not the rest of the buffer."""
+    if not cache:  # a new cache
+        cache.update(kv={}, length=torch.zeros((), dtype=torch.long, device=device))
+    pos = torch.arange(T, device=device) + cache["length"]
+    cache["length"].add_(T)  # in place: the step has no Python-side effect, so it compiles whole
+    return pos, {**cache, "mask": torch.arange(context_size, device=device) <= pos[:, None]}
+
+
+def cached_keys_values(cache, number, kv, pos):
+    """Writes keys / values kv (2, B, nh, T, hs) at positions pos into the buffer of Attention module `number`; returns
+    the buffer, with every position so far, and the mask of the keys each query may see."""
+    _, B, nh, _, hs = kv.shape
+    if number not in cache["kv"]:
+        cache["kv"][number] = kv.new_zeros(2, B, nh, cache["mask"].size(1), hs + -hs % 8)
+    cache["kv"][number][..., pos, :hs] = kv
+    return cache["kv"][number], cache["mask"]
 
 
 # -----------------------------------------------------------------------------
