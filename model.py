@@ -65,17 +65,6 @@ def rotate(x, pos):
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos, x[..., d:]), dim=-1)
 
 
-def causal_attention(q, k, v, dropout_p, mask=None):
-    """Plain causal attention over the same T positions; a KV cache passes the (T, L) mask of the keys it may see."""
-    hs = q.size(-1)
-    # Fused attention runs up to 1.6x slower on head sizes that are not a multiple of 8 (the write-up's cross-attention:
-    # 15); zero columns change no dot product and give zero outputs (a KV cache holds its keys / values padded).
-    q, k, v = (F.pad(t, (0, -t.size(-1) % 8)) if t.size(-1) % 8 else t for t in (q, k, v))
-    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=mask is None,
-                                       scale=1 / math.sqrt(hs))
-    return y[..., :hs]
-
-
 class Attention(nn.Module):
     """Causal multi-head attention. Self-attention when `context` is None; otherwise cross-attention,
     with queries from x and keys / values from `context` (the encoder output, same positions as x)."""
@@ -103,6 +92,7 @@ class Attention(nn.Module):
         mask = None  # causal over these T positions
         if cache is not None:  # generation: the earlier positions' keys / values too (the KV cache, after the model)
             kv, mask = cached_keys_values(cache, self.number, kv, pos)
+        # softmax(Q K^T / sqrt(hs)) V, fused (causal_attention, after the model, pads hs for speed)
         y = causal_attention(q, kv[0], kv[1], self.dropout if self.training else 0.0, mask)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side again
         return self.resid_dropout(self.out_proj(y))
@@ -253,20 +243,18 @@ class Transformer(nn.Module):
 
     def forward(self, idx, targets=None, cache=None, return_logits=True):
         """Returns (logits, loss, terms). With targets: loss is what training minimises (cross-entropy in eval mode),
-        terms its detached parts {"ce", "embedding"} for the logs; return_logits=False skips the (B, T, vocab) logits
-        and takes the loss from LinearCrossEntropy (the faster path on a CPU, see logits_needed).
-        Without targets, only the last position's logits: (B, 1, vocab)."""
+        terms its detached parts {"ce", "embedding"} for the logs; return_logits=False: the same loss without the
+        (B, T, vocab) logits, which are None. Without targets, only the last position's logits: (B, 1, vocab)."""
         c = self.config
-        B, T = idx.size()
         x, E, encoder_out = self.hidden_states(idx, cache)
         if targets is None:
             return self.lm_head(x[:, [-1], :]), None, None
         if return_logits:
             logits = self.lm_head(x)  # (B, T, vocab)
+            # cross-entropy = the mean over targets t (not -1) of -log softmax(logits)[t]
             ce = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
-        else:
-            logits, ce = None, LinearCrossEntropy.apply(x.reshape(B * T, -1), self.lm_head.weight, targets.view(-1),
-                                                        128, torch.is_grad_enabled())
+        else:  # the same, faster on a CPU with a large vocabulary (logits_needed, after the model)
+            logits, ce = None, cross_entropy_without_logits(x, self.lm_head.weight, targets)
         loss, embedding_loss = ce, None
         if c.embedding_loss != "none":
             embedding_loss = self.embedding_dissimilarity(E, encoder_out).mean()
@@ -317,7 +305,8 @@ class Transformer(nn.Module):
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=device_type == "cuda")
 
     def decode_step(self, idx, cache, lm_head_t):
-        """The next token's logits (B, vocab) after idx (B, T), which continues the positions in the cache."""
+        """The next token's logits (B, vocab) after idx (B, T), which continues the positions in the cache;
+        lm_head_t: the output layer's weight, transposed (see fast_decoding)."""
         return self.hidden_states(idx, cache)[0][:, -1, :] @ lm_head_t
 
     @torch.inference_mode()
@@ -326,9 +315,7 @@ class Transformer(nn.Module):
         context_size tokens (top_k=1: the most likely one). use_cache and compile: the same tokens, faster (the KV
         cache, after the model)."""
         ctx, filled = self.config.context_size, 0  # filled: positions in the cache, counted here, not on the device
-        one_token_step = self.decode_step if not compile else self.__dict__.setdefault(
-            "compiled_step", torch.compile(self.decode_step, fullgraph=True))  # compiled at its first call, once
-        lm_head_t = self.lm_head.weight.T.contiguous()  # (C, vocab): one row's logits come ~4x faster on a CPU
+        one_token_step, lm_head_t = fast_decoding(self, compile)  # decode_step, compiled or not, and lm_head's weight
         for _ in range(max_new_tokens):
             if use_cache and 0 < filled < ctx:  # only the newest token: the cache holds the others' keys / values
                 logits, filled = one_token_step(idx_next, cache, lm_head_t), filled + 1
@@ -382,7 +369,26 @@ def cached_keys_values(cache, number, kv, pos):
 
 
 # -----------------------------------------------------------------------------
-# A faster loss for CPUs, off the reading path: the output layer and cross-entropy in one, without full logits
+# For speed only: the same numbers, sooner
+
+def causal_attention(q, k, v, dropout_p, mask=None):
+    """Causal attention over the same T positions, fused; a KV cache passes the (T, L) mask of the keys it may see."""
+    hs = q.size(-1)
+    # Fused attention runs up to 1.6x slower on head sizes that are not a multiple of 8 (the write-up's cross-attention:
+    # 15); zero columns change no dot product and give zero outputs (a KV cache holds its keys / values padded).
+    q, k, v = (F.pad(t, (0, -t.size(-1) % 8)) if t.size(-1) % 8 else t for t in (q, k, v))
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=mask is None,
+                                       scale=1 / math.sqrt(hs))
+    return y[..., :hs]
+
+
+def fast_decoding(model, compile):
+    """generate's one-token step: decode_step, or its torch.compile(fullgraph=True) graph, made at the first call, once
+    per model; and the output layer's weight transposed, (C, vocab): one row's logits come ~4x faster on a CPU."""
+    one_token_step = model.decode_step if not compile else model.__dict__.setdefault(
+        "compiled_step", torch.compile(model.decode_step, fullgraph=True))
+    return one_token_step, model.lm_head.weight.T.contiguous()
+
 
 class LinearCrossEntropy(torch.autograd.Function):
     """Mean cross-entropy of the logits x @ weight.T against targets (-1 = ignored), in chunks of rows, so
@@ -425,6 +431,11 @@ class LinearCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss):
         grad_x, grad_weight = ctx.saved_tensors
         return grad_x * grad_loss, grad_weight * grad_loss, None, None, None
+
+
+def cross_entropy_without_logits(x, weight, targets):
+    """F.cross_entropy(x @ weight.T, targets, ignore_index=-1) of x (B, T, C), by LinearCrossEntropy."""
+    return LinearCrossEntropy.apply(x.reshape(-1, x.size(-1)), weight, targets.view(-1), 128, torch.is_grad_enabled())
 
 
 def logits_needed(config, device_type):
