@@ -6,8 +6,9 @@ Encoder-Decoder Transformer". Three variants, chosen by `ModelConfig.variant`:
   baseline  decoder-only GPT (nanoGPT-style)
   encdec    causal encoder stack, then a decoder stack that cross-attends to the encoder output (the write-up)
   parallel  encoder and decoder blocks side by side in every layer (the earlier draft)
-Read top to bottom: config, attention, MLP, blocks, then the model with its three forward passes in hidden_states.
-At the end, off the reading path: a faster loss for CPUs, and the checks of the config's flags.
+Read top to bottom: the config, attention and its causal rule, the blocks, then the model: its three forward passes
+(hidden_states), the losses (forward), generation. After it, off that path: the KV cache, the details that are there
+for speed only, and the checks of the config's flags.
 """
 
 import math
@@ -30,8 +31,7 @@ class ModelConfig:
     dropout: float = 0.0  # dropout probability on E, the attention weights and every residual branch
     bias: bool = False  # biases in the Linear layers and LayerNorms (LayerNorm_a and _b have theirs anyway)
     rotary: bool = False  # rotary positions (RoPE) in every attention, instead of a learned table added to E
-    # The encoder-decoders' flags; None: the default named last (check_flags, at the end, fills it in). The baseline
-    # takes only embedding_loss=none and sub_pos_embed (None: no).
+    # The encoder-decoders' flags, None: the default named last (the baseline's: embedding_loss none, sub_pos_embed no)
     n_encoder_layer: Optional[int] = None  # layers of the encoder; None: n_layer
     n_decoder_layer: Optional[int] = None  # layers of the decoder; None: n_layer
     cross_n_head: Optional[int] = None  # heads of the cross-attention; None: 2 x n_head
@@ -80,6 +80,7 @@ class Attention(nn.Module):
         self.out_proj = nn.Linear(C, C, bias=config.bias)
         self.out_proj.residual = True  # gets the 1/sqrt(2 x layers) init
         self.dropout, self.resid_dropout, self.rotary = config.dropout, nn.Dropout(config.dropout), config.rotary
+        self.keep_weights, self.weights = False, None  # see Transformer.keep_attention_weights
 
     def forward(self, x, pos, context=None, cache=None):
         B, T, C = x.size()
@@ -92,8 +93,16 @@ class Attention(nn.Module):
         mask = None  # causal over these T positions
         if cache is not None:  # generation: the earlier positions' keys / values too (the KV cache, after the model)
             kv, mask = cached_keys_values(cache, self.number, kv, pos)
-        # softmax(Q K^T / sqrt(hs)) V, fused (causal_attention, after the model, pads hs for speed)
-        y = causal_attention(q, kv[0], kv[1], self.dropout if self.training else 0.0, mask)
+        # The causal rule: query t reads the keys of positions <= t only. The cross-attention too: the encoder output at
+        # t + 1 has read token t + 1, which is the target at t, so without the mask the decoder could copy the answer.
+        if self.keep_weights:  # written out, to keep the weights (B, nh, T, L); no dropout
+            k, v = kv[..., :hs]  # without a KV cache's padding (see causal_attention)
+            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril() if mask is None else mask
+            # softmax(Q K^T / sqrt(hs) + M) V, M = 0 where the mask lets a query see a key, -inf elsewhere
+            self.weights = (q @ k.transpose(-2, -1) / math.sqrt(hs)).masked_fill(~mask, float("-inf")).softmax(-1)
+            y = self.weights @ v
+        else:  # the same, fused: a faster kernel (causal_attention, after the model)
+            y = causal_attention(q, kv[0], kv[1], self.dropout if self.training else 0.0, mask)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side again
         return self.resid_dropout(self.out_proj(y))
 
@@ -291,29 +300,14 @@ class Transformer(nn.Module):
         # log_cosine: -log((cosine_similarity + 1) / 2)
         return -torch.log((similarity + 1) / 2)
 
-    def flops_per_token(self, T=None):
-        """Training FLOPs (forward + backward) per token: 6 per matmul weight, plus attention over T keys."""
-        c, T = self.config, T or self.config.context_size
-        n_attention = len(self.blocks) + 2 * len(getattr(self, "decoder_blocks", []))
-        return 6 * self.num_params() + 12 * n_attention * c.n_embed * T
-
-    def configure_optimizer(self, weight_decay, learning_rate, betas, device_type):
-        """AdamW; weight decay on matmul weights and embeddings only, not on LayerNorm gains or biases."""
-        params = [p for p in self.parameters() if p.requires_grad]
-        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=device_type == "cuda")
-
     def decode_step(self, idx, cache, lm_head_t):
-        """The next token's logits (B, vocab) after idx (B, T), which continues the positions in the cache;
-        lm_head_t: the output layer's weight, transposed (see fast_decoding)."""
+        """The next token's logits (B, vocab) after idx (B, T), which continues the cache; lm_head_t: (C, vocab)."""
         return self.hidden_states(idx, cache)[0][:, -1, :] @ lm_head_t
 
     @torch.inference_mode()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, compile=False):
         """Append max_new_tokens tokens to idx (B, T), each drawn from the next token's logits given the last
-        context_size tokens (top_k=1: the most likely one). use_cache and compile: the same tokens, faster (the KV
-        cache, after the model)."""
+        context_size tokens; top_k=1: the most likely. use_cache, compile: faster (the KV cache, after the model)."""
         ctx, filled = self.config.context_size, 0  # filled: positions in the cache, counted here, not on the device
         one_token_step, lm_head_t = fast_decoding(self, compile)  # decode_step, compiled or not, and lm_head's weight
         for _ in range(max_new_tokens):
@@ -331,36 +325,50 @@ class Transformer(nn.Module):
             idx = torch.cat((idx, idx_next), dim=1)
         return idx
 
+    def keep_attention_weights(self, keep=True):
+        """From the next pass on, every Attention writes attention out and keeps its weights (B, nh, T, L) in .weights:
+        blocks[i].attn (the encoder's or the baseline's), decoder_blocks[i].attn and decoder_blocks[i].cross_attn."""
+        for module in self.modules():
+            if isinstance(module, Attention):
+                module.keep_weights = keep
+
+    def flops_per_token(self, T=None):
+        """Training FLOPs (forward + backward) per token: 6 per matmul weight, plus attention over T keys."""
+        c, T = self.config, T or self.config.context_size
+        n_attention = len(self.blocks) + 2 * len(getattr(self, "decoder_blocks", []))
+        return 6 * self.num_params() + 12 * n_attention * c.n_embed * T
+
+    def configure_optimizer(self, weight_decay, learning_rate, betas, device_type):
+        """AdamW; weight decay on matmul weights and embeddings only, not on LayerNorm gains or biases."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=device_type == "cuda")
+
 
 def build_model(config):
     return Transformer(config)
 
 
 # -----------------------------------------------------------------------------
-# The KV cache: generation without recomputing the past
-#
-# Attention is causal, so a position's keys and values never change once computed: each new token needs only its own,
-# the others are kept from the steps before. A cache is a dict that hidden_states fills and each Attention reads:
-#   cache["kv"][module.number]  (2, B, nh, context_size, hs): the module's keys and values, allocated once for the
-#                               whole context and written in place (hs padded to a multiple of 8: causal_attention)
-#   cache["length"]             the positions filled so far, a tensor, advanced in place
-# Fixed shapes, plain keys and a position held in a tensor let one torch.compile(fullgraph=True) graph of decode_step
-# serve every position; generate feeds it idx_next, as a view of idx changes strides each step (a recompile). Past
-# context_size the window slides and every absolute position shifts: generate starts a new cache from the window.
+# The KV cache. Attention is causal, so a position's keys and values never change: generating, each step computes the
+# new token's only and keeps every Attention's in a dict: cache["kv"][module.number], (2, B, nh, context_size, hs),
+# allocated once and written in place (hs padded to a multiple of 8: see causal_attention), and cache["length"], the
+# positions so far in a tensor. So one torch.compile(fullgraph=True) graph of decode_step serves every position
+# (generate passes idx_next: a view of idx changes strides each step, a recompile). Past context_size the window
+# slides, every position shifts, and generate starts a new cache.
 
 def continue_cache(cache, T, context_size, device):
-    """The positions (T,) of T new tokens after the cached ones, and the cache for this call's Attention modules, with
-    the (T, context_size) mask of the keys each query may see: those up to its position, not the rest of the buffer."""
-    if not cache:  # a new cache
+    """The positions (T,) of T new tokens after the cached ones; the cache with the keys each may see, (T, L) masks."""
+    if not cache:
         cache.update(kv={}, length=torch.zeros((), dtype=torch.long, device=device))
     pos = torch.arange(T, device=device) + cache["length"]
-    cache["length"].add_(T)  # in place: the step has no Python-side effect, so it compiles whole
+    cache["length"].add_(T)  # in place: no Python-side effect, so the step compiles whole
     return pos, {**cache, "mask": torch.arange(context_size, device=device) <= pos[:, None]}
 
 
 def cached_keys_values(cache, number, kv, pos):
-    """Writes keys / values kv (2, B, nh, T, hs) at positions pos into the buffer of Attention module `number`; returns
-    the buffer, with every position so far, and the mask of the keys each query may see."""
+    """Writes keys / values kv (2, B, nh, T, hs) at pos into Attention `number`'s buffer; returns it and the mask."""
     _, B, nh, _, hs = kv.shape
     if number not in cache["kv"]:
         cache["kv"][number] = kv.new_zeros(2, B, nh, cache["mask"].size(1), hs + -hs % 8)
@@ -391,9 +399,8 @@ def fast_decoding(model, compile):
 
 
 class LinearCrossEntropy(torch.autograd.Function):
-    """Mean cross-entropy of the logits x @ weight.T against targets (-1 = ignored), in chunks of rows, so
-    the (N, vocab) logits never exist at once; the gradients are taken on the way, while the softmax is at hand.
-    Same result as F.cross_entropy(x @ weight.T, targets); on a CPU it saves the memory traffic of full logits."""
+    """F.cross_entropy(x @ weight.T, targets, ignore_index=-1) in chunks of rows, so the (N, vocab) logits never exist
+    at once (on a CPU: less memory traffic); the gradients are taken on the way, while the softmax is at hand."""
 
     @staticmethod
     def forward(ctx, x, weight, targets, chunk_size, grad_enabled):
@@ -451,8 +458,7 @@ CHOICES = dict(variant=("baseline", "encdec", "parallel"), embedding_loss=("none
                sub_pos_embed=("no", "yes", "yes_ln"), decoder_order=("self_first", "cross_first"))
 
 
-# The defaults of the encoder-decoders' flags (named in ModelConfig's comments): the write-up's best configuration.
-# The embedding-loss flags need an embedding loss.
+# The encoder-decoders' defaults (named in ModelConfig's comments): the write-up's best configuration.
 ENCODER_DECODER_DEFAULTS = dict(n_encoder_layer=lambda c: c.n_layer, n_decoder_layer=lambda c: c.n_layer,
                                 cross_n_head=lambda c: 2 * c.n_head, add_pos_embed_to_decoder=False,
                                 decoder_order="self_first", embedding_loss="mse", sub_pos_embed="yes")
