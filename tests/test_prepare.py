@@ -592,8 +592,8 @@ def test_ctrl_c_while_preparing_local_text_is_one_line(tmp_path):
 
 
 def test_windows_and_old_mac_line_endings_give_the_same_dataset(tmp_path):
-    """Every text read has its line endings normalised: a copy with \r\n or a lone \r is the same text, token for token
-    (a \r kept in the tokens would make another dataset without a word)."""
+    """Every text read has its line endings normalised: a copy with \\r\\n or a lone \\r is the same text, token for
+    token (a \\r kept in the tokens would make another dataset without a word)."""
     text = word_articles(["the", "river", "was", "built"], 8, 40).replace(" .\n", " .\n\n a second line .\n")
     for name, newline in (("lf", "\n"), ("crlf", "\r\n"), ("cr", "\r")):
         (tmp_path / f"{name}.txt").write_bytes(text.replace("\n", newline).encode())
