@@ -257,7 +257,10 @@ def make_folder(folder, what="--out_dir"):
 
 def hold_folder(folder, what):
     """Hold folder for this process alone: an OS lock on the folder itself, released when the process ends, even by
-    kill -9. A second process stops with one line saying who holds it (from folder/.lock, which note_holder writes)."""
+    kill -9. A second process stops with one line saying who holds it (from folder/.lock, which note_holder writes).
+    Holding it again in the same process is no conflict (prepare_wikipedia.main called twice)."""
+    if os.path.realpath(folder) in _held:
+        return
     fd = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -268,7 +271,7 @@ def hold_folder(folder, what):
         except OSError:
             holder = "another process"
         fail(f"{folder} is in use by {holder}; wait for it to finish, or use another {what}")
-    _held.append(fd)
+    _held[os.path.realpath(folder)] = fd
 
 
 def note_holder(folder, command):
@@ -283,7 +286,7 @@ def note_holder(folder, command):
     atexit.register(lambda: os.path.exists(path) and os.remove(path))
 
 
-_held = []  # file descriptors of the folders this process holds
+_held = {}  # the folders this process holds (real paths) and the file descriptors of their locks
 
 
 def read_log(path):
@@ -291,6 +294,8 @@ def read_log(path):
     short by a crash or a full disk, and left out; a broken line before the last stops with one line naming it."""
     if not os.path.exists(path):
         return [], False
+    if os.path.isdir(path):
+        fail(f"{path} is a folder, not a log; move it out of the way, then run again")
     with open(path, "rb") as f:
         lines = [line for line in f.read().split(b"\n") if line.strip()]
     records = []

@@ -33,7 +33,8 @@ import requests
 import urllib3
 
 from configurator import fail, on_ctrl_c
-from data import get_tokenizer, make_folder, remove_stale_temporaries, split_wikitext, write_atomic
+from data import (get_tokenizer, hold_folder, make_folder, note_holder, remove_stale_temporaries, split_wikitext,
+                  write_atomic)
 
 # Wikimedia asks API clients for a User-Agent naming the tool, its purpose and a contact
 USER_AGENT = (f"autoregressive-encoder-decoder-transformer/0.1 (prepare_wikipedia.py: builds a small "
@@ -64,10 +65,15 @@ WIKITEXT103_FILES = {
     "train-00000-of-00002.parquet": "74da360f23826045b3e6ac6375411fdb15f003030aa74f2596ed08b857cb9212",
     "train-00001-of-00002.parquet": "ba090ac30dbf5461e8dcbdd1a1b8e6f3cf9c2c756d64f0c1220450acd514f720",
 }
+WIKITEXT103_REVISION = WIKITEXT103_URL.split("/")[-3]  # of the hub's repository: what the sha256s are of
 WIKITEXT103_MB = 314  # both shards
 ASSUMED_MB_PER_S = 10  # for the time announced before a download starts
 # the write-up's token files (uint16: 76,553,660 and 8,683,560 bytes): --wikitext103's default size
 WRITE_UP_TOKENS = {"train": 38_276_830, "val": 4_341_780}
+# dataset names the scripts give a meaning of their own, so a dataset prepared under one would never be read as such
+RESERVED_NAMES = {"reversal": "train.py --dataset=reversal trains its built-in digit-reversal task, not data/reversal",
+                  "wikitext-2": "it is the folder of the downloaded WikiText-2 files",
+                  "wikitext-103": "it is the folder of the downloaded WikiText-103 files"}
 
 
 # -----------------------------------------------------------------------------
@@ -242,20 +248,28 @@ def load_jsonl(path):
             fail(f"{path} line {i + 1} is not a {{\"pageid\", \"title\", \"text\"}} JSON object with text as a "
                  f"string; fix or delete that line")
         articles.setdefault(article["pageid"], {"pageid": article["pageid"], "title": str(article.get("title", "")),
-                                                "text": article["text"]})
+                                                "text": normalise_newlines(article["text"])})
     return articles, clean
 
 
+def normalise_newlines(text):
+    """Windows' \\r\\n and a lone \\r as \\n: a copy of a text with other line endings gives the same tokens."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
 def read_text(path):
-    """A text file's contents; anything but UTF-8 text is refused, naming the first bad byte,
-    rather than replaced silently."""
-    with open(path, "rb") as f:
-        data = f.read()
+    """A text file's contents, line endings normalised; anything but UTF-8 text is refused, naming the first bad
+    byte, rather than replaced silently."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        fail(f"cannot read {path} ({e.strerror}); make it readable, or leave it out of --input")
     nul = data.find(b"\0")
     if nul >= 0:  # no text file holds NUL; UTF-16 text and binary files do
         fail(f"{path} has a NUL byte at byte offset {nul}: it is binary or UTF-16, not UTF-8 text")
     try:
-        return data.decode("utf-8")
+        return normalise_newlines(data.decode("utf-8"))
     except UnicodeDecodeError as e:
         fail(f"{path} is not UTF-8 text: byte 0x{data[e.start]:02x} at byte offset {e.start} ({e.reason}); "
              f"convert it to UTF-8 first, e.g. iconv -f latin1 -t utf-8")
@@ -265,9 +279,17 @@ def read_input(paths):
     articles = []
     for path in paths:
         if not os.path.exists(path):
-            fail(f"--input path not found: {path}")
+            fail(f"--input path not found: {path}" + (f" (a link to {os.readlink(path)}, which does not exist)"
+                                                      if os.path.islink(path) else ""))
         if os.path.isdir(path):
-            files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".txt"))
+            try:
+                files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".txt"))
+            except OSError as e:
+                fail(f"cannot read the folder {path} ({e.strerror}); make it readable, or give its files")
+            for file in [file for file in files if not os.path.isfile(file)]:  # a folder, a broken link
+                print(f"note: skipped {file}: " + ("a folder" if os.path.isdir(file) else f"a link to "
+                      f"{os.readlink(file)}, which does not exist" if os.path.islink(file) else "not a file"))
+                files.remove(file)
             if not files:
                 fail(f"no .txt files in folder {path}; give .txt files, a folder of them, or an articles .jsonl")
         else:
@@ -370,6 +392,23 @@ def download(url, path, kind, checksum, retry_delay, url_option="--wikitext2_url
     os.replace(part, path)
 
 
+def set_aside(path, kind, checksum, expected):
+    """Move a file that is not the expected one (`expected`, with its checksum) out of the way under a name that says
+    why, never over another file: a copy the user put there is kept, and only a checked download takes its place."""
+    aside, n = f"{path}.{kind}-mismatch", 1
+    while os.path.lexists(aside):
+        n += 1
+        aside = f"{path}.{kind}-mismatch{n}"
+    os.rename(path, aside)
+    print(f"{path} is not {expected} (whose {kind} is {checksum}): kept as {aside}; a checked copy is downloaded",
+          flush=True)
+    return aside
+
+
+def checked(path, kind, checksum):
+    return os.path.exists(path) and file_checksum(path, kind) == checksum
+
+
 def wikitext2_files(split, url, folder, retry_delay):
     """The paths of the WikiText-2 files of `split` (valid, train, test or all), downloaded into
     folder when absent and checked."""
@@ -377,11 +416,12 @@ def wikitext2_files(split, url, folder, retry_delay):
     paths = []
     for name, kind, checksum in [WIKITEXT2_FILES[s] for s in (WIKITEXT2_FILES if split == "all" else [split])]:
         path = os.path.join(folder, name)
-        if os.path.exists(path) and file_checksum(path, kind) != checksum:
-            print(f"{path} does not have the expected {kind}: downloading it again", flush=True)
-            os.remove(path)
-        if not os.path.exists(path):
-            download(url.rstrip("/") + "/" + name, path, kind, checksum, retry_delay)
+        if not checked(path, kind, checksum):
+            hold_folder(folder, "--out_dir")  # one download at a time into the folder: its .part files are shared
+            if os.path.exists(path) and not checked(path, kind, checksum):  # again: another process may have got it
+                set_aside(path, kind, checksum, f"WikiText-2's {name}")
+            if not os.path.exists(path):
+                download(url.rstrip("/") + "/" + name, path, kind, checksum, retry_delay)
         paths.append(path)
     return paths
 
@@ -394,10 +434,13 @@ def wikitext103_files(url, folder, retry_delay):
     absent, each checked against its sha256; a folder that holds them whole needs no network."""
     os.makedirs(folder, exist_ok=True)
     paths = [os.path.join(folder, name) for name in WIKITEXT103_FILES]
-    for path, checksum in zip(paths, WIKITEXT103_FILES.values()):
-        if os.path.exists(path) and file_checksum(path, "sha256") != checksum:
-            print(f"{path} does not have the expected sha256: downloading it again", flush=True)
-            os.remove(path)
+    unchecked = [(path, checksum) for path, checksum in zip(paths, WIKITEXT103_FILES.values())
+                 if not checked(path, "sha256", checksum)]
+    if unchecked:
+        hold_folder(folder, "--out_dir")  # one download at a time into the folder: its .part files are shared
+    aside = [set_aside(path, "sha256", checksum, f"{os.path.basename(path)} of revision {WIKITEXT103_REVISION}")
+             for path, checksum in unchecked  # checked again: another process may have got it meanwhile
+             if os.path.exists(path) and not checked(path, "sha256", checksum)]
     missing = [path for path in paths if not os.path.exists(path)]
     if missing:
         have = sum(os.path.getsize(path + ".part") for path in missing if os.path.exists(path + ".part")) / 1e6
@@ -408,8 +451,10 @@ def wikitext103_files(url, folder, retry_delay):
     for path, checksum in zip(paths, WIKITEXT103_FILES.values()):
         if not os.path.exists(path):
             download(url.rstrip("/") + "/" + os.path.basename(path), path, "sha256", checksum, retry_delay,
-                     url_option="--wikitext103_url", offline=f"Copy the files {', '.join(WIKITEXT103_FILES)} from "
-                     f"a machine with network into {folder}/, then run the same command")
+                     url_option="--wikitext103_url", offline=f"Copy the files {', '.join(WIKITEXT103_FILES)} of "
+                     f"revision {WIKITEXT103_REVISION} (their sha256s are in prepare_wikipedia.py) from a machine with "
+                     f"network into {folder}/, then run the same command"
+                     + f"; the copies whose sha256 differed are kept as {', '.join(aside)}" * bool(aside))
     return paths
 
 
@@ -522,6 +567,9 @@ def main(argv=None):
                          "wikipedia" if args.lang == "en" else f"wikipedia_{args.lang}")
     if not re.fullmatch(r"[\w.-]+", name) or name in (".", ".."):
         fail(f"--name={name} is not a folder name; use letters, digits, '_', '-' and '.', e.g. --name=mytext")
+    if name.lower() in RESERVED_NAMES:  # also on a file system that ignores case
+        fail(f"--name={name} is reserved: {RESERVED_NAMES[name.lower()]}; choose another --name, "
+             f"e.g. --name={name}_text")
     if args.wikitext2:  # from here on exactly as --input (and --val_input) with the downloaded files
         folder = os.path.join(args.out_dir, "wikitext-2")
         args.input = wikitext2_files(args.wikitext2, args.wikitext2_url, folder, args.retry_delay)
@@ -529,6 +577,8 @@ def main(argv=None):
             args.val_input = wikitext2_files(args.wikitext2_val, args.wikitext2_url, folder, args.retry_delay)
     out = os.path.join(args.out_dir, name)
     make_folder(out, "--out_dir")
+    hold_folder(out, "--name")  # one prepare at a time in a dataset folder: another's temporary files are not stale
+    note_holder(out, " ".join(["prepare_wikipedia.py", *(sys.argv[1:] if argv is None else argv)]))
     remove_stale_temporaries(out)
     t0 = time.time()
 
@@ -627,6 +677,8 @@ def main(argv=None):
           f"val {meta['val_tokens']:,} tokens ({meta['val_articles']} articles), "
           f"{args.tokenizer} tokenizer (vocab {meta['vocab_size']:,}{' compacted' * args.compact_vocab}), "
           f"{time.time() - t0:.1f}s")
+    if os.path.exists(os.path.join(out, ".lock")):  # done: the note of who holds it goes now, not at the exit
+        os.remove(os.path.join(out, ".lock"))
 
 
 if __name__ == "__main__":

@@ -12,12 +12,15 @@ random seeds, through train.py: two suites, each resumable (run the same command
 
 Logs go to lab/results/<suite>_study/<run>_seed<N>/log.jsonl (read by notebooks/02_loss_curves.ipynb); a run whose log
 reaches max_iters is done, one with a checkpoint resumes from it. Checkpoints stay next to the logs (git ignores
-them), for evaluate.py and sample.py, and so that a run can be extended exactly by raising max_iters.
+them), for evaluate.py and sample.py, and so that a run can be extended exactly by raising max_iters. Beside each log,
+study.json says whose run it is (suite, config, dataset, settings): a study refuses the runs of another.
 Runs with the same seed see the same batches, so each comparison is made seed by seed (paired).
 Any other --key=value goes to every train.py run, after the suite's settings: e.g. --device=cpu --n_layer=1.
 """
 import argparse
 import ast
+import functools
+import hashlib
 import json
 import math
 import os
@@ -34,8 +37,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # also as `python lab/study.py`
-from configurator import fail, read_config
-from data import hold_folder, make_folder, note_holder, read_log
+from configurator import configure, fail, read_config
+from data import hold_folder, make_folder, note_holder, prepare_hint, read_log, write_atomic
+from prepare_wikipedia import WIKITEXT2_FILES, read_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: train.py, config/, data/
 SUITES = {
@@ -124,6 +128,65 @@ def run_dir(results, run, seed):
     return os.path.join(results, f"{run}_seed{seed}")
 
 
+def run_log(path, keys=("iter", "train_loss", "val_loss")):
+    """The records of a run's log.jsonl (data.read_log: a torn last line left out), each checked to hold a number at
+    each of keys, which the study reads; one line naming the log and the fix where one does not."""
+    try:
+        records = read_log(path)[0]
+    except OSError as e:
+        fail(f"cannot read {os.path.relpath(path)} ({e.strerror}); make it readable, or move its folder out of the way")
+    for i, record in enumerate(records, 1):
+        bad = {k: record.get(k) for k in keys if type(record.get(k)) not in (int, float)}
+        if bad:
+            what = ", ".join(f"{k} ({v!r})" for k, v in bad.items())
+            fail(f"{os.path.relpath(path)} record {i} has no number at {what}: not a log of train.py's; move its "
+                 f"folder out of the way (or delete it to train the run again)")
+    return records
+
+
+def run_record(suite, run, overrides=()):
+    """What makes a run folder a suite's: the suite, the run's config file and dataset, and the train.py settings given
+    after them. The study writes it into the folder as study.json before training there."""
+    return {"suite": suite, "config": config_file(suite, run),
+            "dataset": run_settings(suite, run, overrides)["dataset"], "overrides": check_overrides(overrides)}
+
+
+def check_own_runs(suite, results, runs, seeds, overrides=None):
+    """Stop with one line at a run folder that is not the suite's: its study.json names another suite, config or
+    dataset (one not set by its overrides), or, overrides given (before training), other settings. A log from before
+    study.json existed (the committed lab/results) is the run of the suite whose default folder holds it; in any other
+    folder it is taken as the suite's own."""
+    owner = next((name for name, s in SUITES.items()
+                  if os.path.realpath(os.path.join(ROOT, s["results"])) == os.path.realpath(results)), suite)
+    for run in runs:
+        for seed in seeds:
+            folder = run_dir(results, run, seed)
+            record_path = os.path.join(folder, "study.json")
+            if not os.path.exists(record_path):
+                if owner != suite and os.path.exists(os.path.join(folder, "log.jsonl")):
+                    fail(f"{os.path.relpath(folder)} holds a run of the {owner} study, not of the {suite} study; "
+                         f"use the {suite} study's own --results (default {SUITES[suite]['results']})")
+                continue
+            try:
+                with open(record_path, encoding="utf-8") as f:
+                    record = json.load(f)
+                if not isinstance(record.get("overrides"), dict):
+                    raise TypeError
+            except (OSError, ValueError, AttributeError, TypeError):
+                fail(f"{record_path} is not a study's record of the run; move {os.path.relpath(folder)} out of the "
+                     f"way (or delete it to train the run again)")
+            ours = run_record(suite, run, overrides or [])
+            theirs = {key: record.get(key) for key in ("suite", "config", "dataset") if key not in record["overrides"]}
+            if theirs != {key: ours[key] for key in theirs}:
+                fail(f"{os.path.relpath(folder)} holds a run of the {record['suite']} study ({record.get('config')} on "
+                     f"data/{record.get('dataset')}), not of the {suite} study ({ours['config']} on "
+                     f"data/{ours['dataset']}); use another --results")
+            if overrides is not None and record.get("overrides") != ours["overrides"]:
+                given = lambda settings: " ".join(f"--{k}={v}" for k, v in settings.items()) or "no settings"
+                fail(f"{os.path.relpath(folder)} was trained with {given(record.get('overrides') or {})} after its "
+                     f"config, not with {given(ours['overrides'])}; give the same to go on, or use another --results")
+
+
 def start_from_shorter_run(suite, run, seed, out_dir):
     """Copy the finished run of the suite this one extends (same config and seed) into out_dir, to be resumed from:
     batches and learning rate depend only on (seed, step), so it is the same run without the cost of its first steps.
@@ -132,7 +195,7 @@ def start_from_shorter_run(suite, run, seed, out_dir):
     if not shorter:
         return None
     src = run_dir(os.path.join(ROOT, SUITES[shorter]["results"]), run, seed)
-    log = read_log(os.path.join(src, "log.jsonl"))[0]
+    log = run_log(os.path.join(src, "log.jsonl"))
     if not (log and log[-1]["iter"] >= suite_iters(shorter, run) and os.path.exists(os.path.join(src, "ckpt.pt"))):
         return None
     os.makedirs(out_dir, exist_ok=True)
@@ -146,7 +209,7 @@ def train(suite, results, run, seed, max_iters, overrides=(), gpu=None):
     """One run of a suite through train.py (resumed where it has a checkpoint); overrides: --key=value after the
     suite's; gpu: the one CUDA device it sees. Returns (status, its last log record or None if it failed)."""
     out_dir = run_dir(results, run, seed)
-    log = read_log(os.path.join(out_dir, "log.jsonl"))[0]
+    log = run_log(os.path.join(out_dir, "log.jsonl"))
     if log and log[-1]["iter"] >= max_iters:
         return "done before", log[-1]
     ckpt = os.path.join(out_dir, "ckpt.pt")
@@ -160,6 +223,8 @@ def train(suite, results, run, seed, max_iters, overrides=(), gpu=None):
     cmd += ["--init_from=resume"] if resume else ["--overwrite=True"] if log else []  # a cut run without checkpoint
     if STOP.is_set():  # Ctrl-C: no new runs
         return "not started", None
+    os.makedirs(out_dir, exist_ok=True)  # the folder says whose run it holds (check_own_runs)
+    write_atomic(os.path.join(out_dir, "study.json"), json.dumps(run_record(suite, run, overrides)).encode())
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
@@ -182,19 +247,25 @@ def pick_lr(rates, n_jobs, seed=0, reference="encdec_none"):
     at each rate (min_lr a tenth of it), and the rate whose train-loss curve is nearest the bare encoder-decoder's
     (root mean square difference over the evaluations from step 100)."""
     results = os.path.join(ROOT, "lab", "results", "gpt2_lr_pick")
-    ref_log = read_log(os.path.join(ROOT, run_dir(SUITES["gpt2"]["results"], reference, seed), "log.jsonl"))[0]
-    ref = {r["iter"]: r["train_loss"] for r in ref_log}
+    ref_path = os.path.join(ROOT, run_dir(SUITES["gpt2"]["results"], reference, seed), "log.jsonl")
+    ref = {r["iter"]: r["train_loss"] for r in run_log(ref_path, ("iter", "train_loss"))}
+    if max(ref, default=0) < 100:
+        fail(f"{os.path.relpath(ref_path)} has no evaluation from step 100 on to compare with; train that run first: "
+             f"python -m lab.study --suite=gpt2")
 
     def run(rate):
         out_dir = run_dir(results, f"baseline_lr{rate:g}", seed)
-        log = read_log(os.path.join(out_dir, "log.jsonl"))[0]
+        log = run_log(os.path.join(out_dir, "log.jsonl"), ("iter", "train_loss"))
         if not log or log[-1]["iter"] < max(ref):
             resume = ["--init_from=resume"] if os.path.exists(os.path.join(out_dir, "ckpt.pt")) else []
-            subprocess.run([sys.executable, "train.py", "config/cpu_gpt2_baseline.py", f"--seed={seed}",
-                            f"--learning_rate={rate}", f"--min_lr={rate / 10}", f"--max_iters={max(ref)}",
-                            f"--out_dir={os.path.relpath(out_dir, ROOT)}", *resume], cwd=ROOT, check=True,
-                           env=dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"), capture_output=True)
-            log = read_log(os.path.join(out_dir, "log.jsonl"))[0]
+            done = subprocess.run([sys.executable, "train.py", "config/cpu_gpt2_baseline.py", f"--seed={seed}",
+                                   f"--learning_rate={rate}", f"--min_lr={rate / 10}", f"--max_iters={max(ref)}",
+                                   f"--out_dir={os.path.relpath(out_dir, ROOT)}", *resume], cwd=ROOT, text=True,
+                                  env=dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"), capture_output=True)
+            if done.returncode:
+                fail(f"the baseline at learning_rate={rate:g} failed: "
+                     + ((done.stderr.strip().splitlines() or ["(no message)"])[-1]).removeprefix("error: "))
+            log = run_log(os.path.join(out_dir, "log.jsonl"), ("iter", "train_loss"))
         d = [r["train_loss"] - ref[r["iter"]] for r in log if r["iter"] >= 100 and r["iter"] in ref]
         return math.sqrt(sum(x * x for x in d) / len(d)), sum(d) / len(d)
 
@@ -274,31 +345,94 @@ def parse_overrides(args):
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def train_defaults():
+    """train.py's settings and their defaults as its configure() call gets them, read from its source without running
+    it: the literal assignments above its `defaults = ...` line, then every ModelConfig field (None: the variant's)."""
+    from model import ModelConfig
+    with open(os.path.join(ROOT, "train.py"), encoding="utf-8") as f:
+        statements = ast.parse(f.read()).body
+    defaults = {}
+    for node in statements:
+        names = [target.id for target in getattr(node, "targets", []) if isinstance(target, ast.Name)]
+        if names == ["defaults"]:
+            break
+        try:
+            if len(names) == 1:
+                defaults[names[0]] = ast.literal_eval(node.value)
+        except ValueError:  # not a literal: not a setting
+            pass
+    return {**{k: v for k, v in defaults.items() if not k.startswith("_")}, **dict.fromkeys(ModelConfig.flags())}
+
+
+PER_RUN = ("seed", "out_dir", "init_from", "overwrite")  # the study's own train.py settings, different for each run
+
+
+def check_overrides(overrides):
+    """{key: value} of train.py settings given to a study as --key=value, read and checked as train.py reads them
+    (configurator.configure: a known key, else the did-you-mean, and a value of its type), so that a mistake stops the
+    study before it starts, not each of its runs; the settings the study gives each run itself are refused."""
+    from model import ModelConfig
+    parse_overrides(overrides)  # one line for anything that is not --key=value
+    settings = {}
+    configure(settings, train_defaults(), list(overrides), ModelConfig)
+    taken = [f"--{key}" for key in PER_RUN if key in settings]
+    if taken:
+        fail(f"{', '.join(taken)}: the study sets it for each run; leave it out (--seeds=N and --results=FOLDER choose "
+             f"the seeds and where the runs go)")
+    return settings
+
+
 def run_settings(suite, run, overrides=()):
     """The settings of one run of a suite: its config file, then the suite's train.py arguments, then overrides."""
     settings = read_config(os.path.join(ROOT, config_file(suite, run)))
-    settings.update(parse_overrides(SUITES[suite].get("args", []) + list(overrides)))
+    settings.update(check_overrides(SUITES[suite].get("args", []) + list(overrides)))
     return settings
 
 
 def dataset_meta(settings):
-    """meta.json of a run's prepared dataset, or {} where it is not prepared yet."""
-    meta_path = os.path.join(ROOT, "data", settings["dataset"], "meta.json")
-    return json.load(open(meta_path)) if os.path.exists(meta_path) else {}
+    """meta.json of a run's prepared dataset, or {} where it is not prepared yet; one line where it is not one that
+    prepare_wikipedia.py writes."""
+    meta_path = os.path.join("data", settings["dataset"], "meta.json")
+    if not os.path.exists(os.path.join(ROOT, meta_path)):
+        return {}
+    try:
+        with open(os.path.join(ROOT, meta_path), encoding="utf-8") as f:
+            meta = json.load(f)
+        counts = [meta["vocab_size"], meta.get("train_tokens", 0), meta.get("val_tokens", 0)]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        counts = None
+    if not counts or not all(type(n) is int and n >= 0 for n in counts):
+        fail(f"{meta_path} is not a prepared dataset's meta.json (a JSON object with a vocab_size and token counts); "
+             f"prepare it again: {prepare_hint(settings['dataset'], 'gpt2')}")
+    return meta
+
+
+def run_config(settings):
+    """The ModelConfig of a run's settings, with the vocabulary of its prepared dataset (GPT-2's where none is
+    prepared); one line, as train.py says it, where a flag is not allowed."""
+    from model import ModelConfig
+    vocab = dataset_meta(settings).get("vocab_size", 50257)
+    flags = {k: v for k, v in settings.items() if k in ModelConfig.flags() and v is not None}
+    try:
+        return ModelConfig(**{"vocab_size": vocab, **flags})
+    except ValueError as e:
+        fail(e)
 
 
 def run_model(settings):
-    """The model of a run's settings, with the vocabulary of its prepared dataset (GPT-2's where none is prepared)."""
-    from model import ModelConfig, build_model
-    vocab = dataset_meta(settings).get("vocab_size", 50257)
-    flags = {k: v for k, v in settings.items() if k in ModelConfig.flags() and v is not None}
-    return build_model(ModelConfig(**{"vocab_size": vocab, **flags}))
+    """The model of a run's settings (run_config)."""
+    from model import build_model
+    return build_model(run_config(settings))
 
 
 def run_cost(settings, max_iters):
     """(parameters, training FLOPs per token, FLOPs of the whole run): training, plus the evaluations' forward passes
     (a third of a training step's FLOPs per token; eval_iters batches of each split at step 0, every eval_interval
     and at the end; eval_iters=0: every val token of the prepared dataset and as many train windows, 512 at most)."""
+    for key in ("batch_size", "gradient_accumulation_steps", "eval_interval", "eval_iters"):  # what the cost divides by
+        if settings[key] < (key != "eval_iters"):
+            fail(f"{key}={settings[key]!r} is not allowed; use a positive number" + " or 0" * (key == "eval_iters"))
     model = run_model(settings)
     T = model.config.context_size
     per_token = model.flops_per_token(T)
@@ -315,7 +449,7 @@ def measured_tokens_per_s(settings, steps=5):
     """Training tokens/s of a run's model on its device, dtype and compile setting: the median of `steps` timed
     steps of one micro-batch after two warm-up steps (the first compiles)."""
     import torch
-    from bench import Trainer
+    from lab.bench import Trainer  # also as `python -m lab.study`, where lab/ is not on the path
     model = run_model(settings)
     dtype = torch.bfloat16 if settings.get("dtype") == "bfloat16" else torch.float32
     trainer = Trainer(model.config, settings["batch_size"], settings.get("device", "cpu").split(":")[0], dtype,
@@ -371,7 +505,7 @@ def load(results, runs, seeds, done_iters=None):
     logs = {}
     for run in runs:
         for seed in seeds:
-            log = read_log(os.path.join(results, f"{run}_seed{seed}", "log.jsonl"))[0]
+            log = run_log(os.path.join(results, f"{run}_seed{seed}", "log.jsonl"))
             if log and (done_iters is None or log[-1]["iter"] >= done_iters(run)):
                 logs.setdefault(run, {})[seed] = log
     return logs
@@ -386,7 +520,7 @@ def run_figures(log):
                "late_val": sum(r["val_loss"] for r in late) / len(late),
                "final_train": log[-1]["train_loss"], "gap": log[-1]["val_loss"] - log[-1]["train_loss"],
                "embedding": log[-1].get("val_embedding_loss")}
-    if "val_loss_seen_ids" in log[-1]:  # the same without the val tokens whose id never occurs in training
+    if all(type(r.get("val_loss_seen_ids")) in (int, float) for r in log):  # without the val ids never trained on
         figures.update(best_val_seen_ids=min(r["val_loss_seen_ids"] for r in log),
                        late_val_seen_ids=sum(r["val_loss_seen_ids"] for r in late) / len(late),
                        final_val_seen_ids=log[-1]["val_loss_seen_ids"])
@@ -716,9 +850,12 @@ def summary(suite, results, max_iters=None, seeds=None):
     """The tables of a suite's finished runs (those whose log reaches max_iters, or the suite's steps)."""
     s = SUITES[suite]
     seeds = seeds or s["seeds"] + s.get("extra_seeds", [])
+    check_own_runs(suite, results, s["runs"] + s.get("pictures", []), seeds)
     logs = load(results, s["runs"], seeds, lambda run: max_iters or suite_iters(suite, run))
     if s.get("reference"):  # the runs it is compared with, from the suite that trained them
-        reference = load(os.path.join(ROOT, SUITES[s["reference"]]["results"]), ["baseline", "encdec_none"], seeds,
+        reference_results = os.path.join(ROOT, SUITES[s["reference"]]["results"])
+        check_own_runs(s["reference"], reference_results, ["baseline", "encdec_none"], seeds)
+        reference = load(reference_results, ["baseline", "encdec_none"], seeds,
                          lambda run: max_iters or suite_iters(s["reference"], run))
         logs = {**reference, **logs}
     diffs = ("best_val", "late_val", "final_val")
@@ -734,7 +871,7 @@ def summary(suite, results, max_iters=None, seeds=None):
         print(f"| {run} | {len(f)} | {pm('best_val')} | {pm('smoothed')} | {mean['best_iter']:.0f} | "
               f"{pm('late_val')} | "
               f"{pm('final_val')} | {pm('final_train')} | {mean['gap']:.3f} | " + against_baseline(logs, run, diffs))
-    if all("val_loss_seen_ids" in log[-1] for runs in logs.values() for log in runs.values()):
+    if all("best_val_seen_ids" in run_figures(log) for runs in logs.values() for log in runs.values()):
         keys = [f"{key}_seen_ids" for key in diffs]
         print("\nThe same without the val tokens whose id never occurs in training (no model can learn them):\n")
         print("| run | seeds | best val | late val | final val | "
@@ -784,15 +921,29 @@ def summary(suite, results, max_iters=None, seeds=None):
             if g["train_tokens"] else f"tokens and passes: prepare data/{SUITES[suite]['dataset']} to see them")
     print(f"\nThe regime, baseline against the write-up's: parameters {g['params']:,} ({g['params_no_embed']:,} "
           f"without the token embedding) against {w['params']:,} ({w['params'] - w['vocab'] * w['n_embed']:,}); "
-          f"{data}; best val {g['best_val']:.3f} against {w['val']:.3f}; "
-          f"final val - train {g['gap']:.3f} against {w['val'] - w['train']:.3f}; "
+          f"{data}; " + (f"best val {g['best_val']:.3f} against {w['val']:.3f}; final val - train {g['gap']:.3f} "
+                         f"against {w['val'] - w['train']:.3f}; " if g["best_val"] is not None else
+                         "best val and final val - train: no finished baseline run yet; ")
           + (f"a Kneser-Ney bigram's val loss {g['bigram']:.3f}" if "bigram" in g
              else "(prepare the data for a bigram)"))
     return logs
 
 
+def check_wikitext2_copy(path, split, option, suite):
+    """Stop with one line unless path holds WikiText-2's `split` file, whatever its line endings (prepare_wikipedia.py
+    reads a Windows copy as the same text): a suite's results are of that text."""
+    name, _, sha256 = WIKITEXT2_FILES[split]
+    if not os.path.isfile(path):
+        fail(f"{option}={path} is not a file; give a copy of WikiText-2's {name}, or leave {option} out to download it")
+    if hashlib.sha256(read_text(path).encode("utf-8")).hexdigest() != sha256:
+        fail(f"{option}={path} is not WikiText-2's {name} (the sha256 of its text, line endings aside, is not "
+             f"{sha256}), the text of the {suite} study; give a copy of that file, or leave out {option} to "
+             f"download it")
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)  # --seed is train.py's, not short for --seeds
     parser.add_argument("--suite", default="gpt2", choices=sorted(SUITES), help="which study (default gpt2)")
     parser.add_argument("--results", default=None, help="folder of the logs (default lab/results/<suite>_study)")
     parser.add_argument("--max_iters", type=int, default=None, help="steps per run (default: the suite's)")
@@ -810,7 +961,7 @@ def main(argv=None):
     parser.error = lambda message: fail(f"{message} (see python -m lab.study --help)")
     args, overrides = parser.parse_known_args(argv)
     args.input, args.val_input = (path and os.path.abspath(path) for path in (args.input, args.val_input))
-    parse_overrides(overrides)  # one line for anything that is not --key=value
+    check_overrides(overrides)  # once, before anything runs: a setting train.py would refuse is one line here
     suite = SUITES[args.suite]
     if args.jobs < 1:
         fail(f"--jobs={args.jobs} is not allowed; use 1 or more runs at a time")
@@ -821,7 +972,14 @@ def main(argv=None):
         fail(f"--seeds={args.seeds}: paired differences need at least 2 seeds")
     seeds = list(range(args.seeds)) if args.seeds else suite["seeds"]
     if args.pick_lr:
-        pick_lr([float(rate) for rate in args.pick_lr.split(",")], args.jobs)
+        try:
+            rates = [float(rate) for rate in args.pick_lr.split(",")]
+        except ValueError:
+            rates = [math.nan]
+        if not all(0 < rate < math.inf for rate in rates):
+            fail(f"--pick_lr={args.pick_lr} is not a list of learning rates; give positive numbers separated by "
+                 f"commas, e.g. --pick_lr=0.001,0.0015")
+        pick_lr(rates, args.jobs)
         return 0
     results = os.path.join(ROOT, args.results or suite["results"])
     if args.summary:
@@ -846,14 +1004,22 @@ def main(argv=None):
     if device.startswith("cuda") and not gpus:
         fail(f"the {args.suite} suite trains on CUDA and no GPU is visible here; see its plan and cost with --dry_run, "
              f"or run it tiny on the CPU with --device=cpu --dtype=float32 --compile=False (docs/reproduce.md)")
+    for run in suite["runs"] + suite.get("pictures", []):  # every run's model flags, before the first run starts
+        run_config(run_settings(args.suite, run, overrides))
+    check_own_runs(args.suite, results, suite["runs"] + suite.get("pictures", []),
+                   seeds + suite.get("extra_seeds", []), overrides)
     make_folder(results, "--results")
     hold_folder(results, "--results")  # one study at a time in a results folder
     note_holder(results, " ".join(["study.py", *(argv if argv is not None else sys.argv[1:])]))
-    if not os.path.exists(os.path.join(ROOT, "data", suite["dataset"], "train.bin")):
+    if not dataset_meta({"dataset": suite["dataset"]}):  # meta.json: the last file a preparation writes
         source = ([f"--input={args.input}", f"--name={suite['dataset']}"] if args.input else
                   suite.get("download", ["--wikitext2=valid"]))
         if args.input and "--wikitext2_val=test" in suite.get("download", []):  # a held-out val text of its own
             source += ["--val_input", args.val_input or os.path.join(os.path.dirname(args.input), "test.txt")]
+        if args.input and "--wikitext103" not in suite.get("download", []):  # a suite on WikiText-2: that text
+            check_wikitext2_copy(args.input, "valid", "--input", args.suite)
+            if "--val_input" in source:
+                check_wikitext2_copy(source[-1], "test", "--val_input", args.suite)
         if subprocess.run([sys.executable, "prepare_wikipedia.py", *source, *suite["prepare"]], cwd=ROOT).returncode:
             fail(f"could not prepare data/{suite['dataset']}; see the message above")
     core = suite["runs"][:suite.get("core", 0)]

@@ -190,6 +190,13 @@ def test_read_log_returns_the_records_and_whether_the_last_line_was_torn(tmp_pat
     assert_one_line_error(str(exit.value.code), f"{path} line 2 is not a JSON record", "delete that line")
 
 
+def test_a_log_that_is_a_folder_is_one_line_error_naming_it(tmp_path):
+    (tmp_path / "log.jsonl").mkdir()
+    with pytest.raises(SystemExit) as exit:
+        data.read_log(str(tmp_path / "log.jsonl"))
+    assert_one_line_error(str(exit.value.code), f"{tmp_path / 'log.jsonl'} is a folder, not a log", "move it out")
+
+
 def test_resume_repairs_a_log_line_torn_by_a_crash(workdir, tmp_path):
     out = copy_run(workdir, tmp_path)
     with open(out / "log.jsonl", "a") as f:

@@ -7,6 +7,8 @@ test_data.py.)
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from urllib.parse import parse_qs, urlparse
@@ -16,8 +18,8 @@ import pytest
 
 import data
 import prepare_wikipedia as pw
-from conftest import (assert_interrupted, assert_one_line_error, interrupted_at, make_wikitext,
-                      prepare_wikitext2, run, wikitext)
+from conftest import (ENV, ROOT, assert_interrupted, assert_one_line_error, interrupted_at, make_wikitext,
+                      prepare_wikitext2, run, wikitext, word_articles)
 
 # a fake Wikipedia: 8 real articles and a stub; the random generator repeats pages
 PAGES = {pid: (f"Article {pid}", f"Article {pid} is page number {pid} of the fake wiki. " * 3) for pid in range(1, 9)}
@@ -397,6 +399,38 @@ def test_wikitext103_cut_download_resumes_and_the_checked_files_need_no_network_
     assert {f: (out / f).read_bytes() for f in files} == files and len(wikitext103_host.ranges) == 3
 
 
+def test_a_copy_that_is_not_the_pinned_file_is_kept_aside_and_never_deleted(wikitext103_host, wikitext2_host, tmp_path,
+                                                                            monkeypatch, capsys):
+    """A file the user put where a download goes but not the pinned one (a truncated copy, another revision, a copy
+    with Windows line endings): offline, it is kept under a name that says why and the error names the revision
+    expected; online, the checked download takes its place and the user's copy stays aside."""
+    folder, first = tmp_path / "wikitext-103", list(pw.WIKITEXT103_FILES)[0]
+    folder.mkdir()
+    truncated = wikitext103_host.files[first][:1000]
+    (folder / first).write_bytes(truncated)
+    (folder / f"{first}.sha256-mismatch").write_bytes(b"an older copy set aside")
+
+    def no_dns(*args, **kwargs):
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+    with monkeypatch.context() as offline:
+        offline.setattr(socket, "getaddrinfo", no_dns)
+        with pytest.raises(SystemExit) as e:
+            pw.main(["--wikitext103", "--out_dir", str(tmp_path)])
+    assert_one_line_error(str(e.value.code), "no network?", f"of revision {pw.WIKITEXT103_REVISION}",
+                          f"kept as {folder / first}.sha256-mismatch2")
+    assert f"kept as {folder / first}.sha256-mismatch2" in capsys.readouterr().out
+    assert (folder / f"{first}.sha256-mismatch").read_bytes() == b"an older copy set aside"  # never overwritten
+    assert (folder / f"{first}.sha256-mismatch2").read_bytes() == truncated and not (folder / first).exists()
+    prepare_wikitext103(wikitext103_host, tmp_path, 1000, 300)
+    assert (folder / first).read_bytes() == wikitext103_host.files[first]
+    assert (folder / f"{first}.sha256-mismatch2").read_bytes() == truncated
+    (tmp_path / "wikitext-2").mkdir()  # WikiText-2 alike: a Windows copy of valid.txt is set aside, not deleted
+    (tmp_path / "wikitext-2" / "valid.txt").write_bytes(wikitext(1).replace(b"\n", b"\r\n"))
+    prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2")
+    assert (tmp_path / "wikitext-2" / "valid.txt.sha256-mismatch").read_bytes() == wikitext(1).replace(b"\n", b"\r\n")
+    assert (tmp_path / "wikitext-2" / "valid.txt").read_bytes() == wikitext(1)
+
+
 def test_wikitext103_cannot_give_more_tokens_than_its_train_split_has(wikitext103_host, tmp_path):
     with pytest.raises(SystemExit) as e:
         prepare_wikitext103(wikitext103_host, tmp_path, 10 ** 7, 600)
@@ -555,3 +589,74 @@ def test_ctrl_c_while_preparing_local_text_is_one_line(tmp_path):
     result = interrupted_at("data", "split_wikitext", "prepare_wikipedia.py", "--input", "t.txt", "--tokenizer",
                             "byte", cwd=tmp_path)
     assert_interrupted(result, "run the same command again")
+
+
+def test_windows_and_old_mac_line_endings_give_the_same_dataset(tmp_path):
+    """Every text read has its line endings normalised: a copy with \\r\\n or a lone \\r is the same text, token for
+    token (a \\r kept in the tokens would make another dataset without a word)."""
+    text = word_articles(["the", "river", "was", "built"], 8, 40).replace(" .\n", " .\n\n a second line .\n")
+    for name, newline in (("lf", "\n"), ("crlf", "\r\n"), ("cr", "\r")):
+        (tmp_path / f"{name}.txt").write_bytes(text.replace("\n", newline).encode())
+        article = {"pageid": 1, "title": "T", "text": text.replace("\n", newline)}
+        (tmp_path / f"{name}.jsonl").write_text(json.dumps(article))
+        pw.main(["--input", str(tmp_path / f"{name}.txt"), str(tmp_path / f"{name}.jsonl"), "--tokenizer", "byte",
+                 "--min_chars", "0", "--val_fraction", "0.25", "--out_dir", str(tmp_path / "data")])
+    for f in ("train.bin", "val.bin"):
+        lf = (tmp_path / "data" / "lf" / f).read_bytes()
+        assert (tmp_path / "data" / "crlf" / f).read_bytes() == lf == (tmp_path / "data" / "cr" / f).read_bytes()
+        assert ord("\r") not in np.frombuffer(lf, np.uint16)
+
+
+@pytest.mark.parametrize("args", [["--name=reversal"], ["--name=Reversal"], ["--name=wikitext-2"],
+                                  ["--name=wikitext-103"], []])
+def test_a_name_the_scripts_treat_specially_is_refused(tmp_path, args):
+    """data/reversal would never be read (--dataset=reversal is the built-in task), and data/wikitext-2 and
+    wikitext-103 hold the downloads; also when the name comes from the file's."""
+    (tmp_path / "reversal.txt").write_text(" = T = \n Text .\n")
+    with pytest.raises(SystemExit) as e:
+        pw.main(["--input", str(tmp_path / "reversal.txt"), *args, "--tokenizer", "byte", "--min_chars", "0",
+                 "--out_dir", str(tmp_path / "data")])
+    assert_one_line_error(str(e.value.code), "is reserved", "choose another --name")
+    assert not (tmp_path / "data").exists()
+
+
+def test_input_folder_skips_subfolders_and_broken_links_named_like_text_files_with_a_note(tmp_path, capsys):
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    (folder / "a.txt").write_text(" = Alpha = \n First .\n")
+    (folder / "x.txt").mkdir()
+    (folder / "gone.txt").symlink_to(tmp_path / "nowhere.txt")
+    assert [a["title"] for a in pw.read_input([str(folder)])] == ["Alpha"]
+    out = capsys.readouterr().out
+    assert f"skipped {folder / 'x.txt'}: a folder" in out and f"skipped {folder / 'gone.txt'}: a link to " in out
+    with pytest.raises(SystemExit) as e:
+        pw.read_input([str(folder / "gone.txt")])
+    assert_one_line_error(str(e.value.code), "--input path not found", "a link to", "which does not exist")
+
+
+def test_a_second_prepare_of_the_same_dataset_stops_naming_the_first_and_leaves_its_files_alone(tmp_path):
+    """The first prepare stops right after writing train.bin.tmp (told through a pipe when it is there, and when to go
+    on); a second one of the same data folder meanwhile stops with one line naming it, and the first finishes."""
+    (tmp_path / "t.txt").write_text(word_articles(["the", "river", "was"], 6, 30))
+    args = ["--input", str(tmp_path / "t.txt"), "--tokenizer", "byte", "--min_chars", "0", "--name", "same"]
+    code = ("import os, runpy, sys\nreal = os.replace\n"
+            "def replace(src, dst):\n"
+            "    if src.endswith('train.bin.tmp'):\n"
+            "        print('written', flush=True)\n        sys.stdin.readline()\n"
+            "    real(src, dst)\n"
+            f"os.replace = replace\nsys.argv = ['prepare_wikipedia.py', *{args!r}]\n"
+            f"runpy.run_path({os.path.join(ROOT, 'prepare_wikipedia.py')!r}, run_name='__main__')\n")
+    first = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=ENV, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while first.stdout.readline() not in ("written\n", ""):  # its progress lines come first
+        pass
+    assert first.poll() is None, first.communicate()
+    with pytest.raises(SystemExit) as second:
+        pw.main([*args, "--out_dir", str(tmp_path / "data")])
+    assert_one_line_error(str(second.value.code), f"{tmp_path / 'data' / 'same'} is in use by pid {first.pid} "
+                          f"(prepare_wikipedia.py --input", "wait for it to finish")
+    assert (tmp_path / "data" / "same" / "train.bin.tmp").exists()
+    out, err = first.communicate("\n", timeout=60)
+    assert first.returncode == 0, err
+    meta = json.loads((tmp_path / "data" / "same" / "meta.json").read_text())
+    assert meta["train_tokens"] == os.path.getsize(tmp_path / "data" / "same" / "train.bin") // 2

@@ -2,6 +2,7 @@
 
     python -m pytest -q tests/test_study.py
 """
+import hashlib
 import json
 import math
 import os
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 import data
+import prepare_wikipedia as pw
 from lab import study
 from configurator import read_config
 from conftest import ASCII_WORDS, ENV, ROOT, assert_interrupted, assert_one_line_error, run, word_articles
@@ -34,7 +36,9 @@ def test_every_run_of_a_suite_has_a_config_on_the_suites_dataset(suite):
         assert args.get("dataset", namespace["dataset"]) == study.SUITES[suite]["dataset"], run
 
 
-def test_a_heldout_run_trains_with_the_suites_overrides_after_its_config(tmp_path, monkeypatch):
+def no_training(monkeypatch):
+    """study.main with train.py and prepare_wikipedia.py stood in for: train.py fails at once, the preparation
+    succeeds without writing anything; returns their commands."""
     commands = []
 
     class Process:  # stands for train.py: records its command, fails at once
@@ -46,6 +50,13 @@ def test_a_heldout_run_trains_with_the_suites_overrides_after_its_config(tmp_pat
         def communicate(self):
             return "stopped here", None
     monkeypatch.setattr(study.subprocess, "Popen", Process)
+    monkeypatch.setattr(study.subprocess, "run", lambda cmd, **kw: commands.append(cmd) or
+                        subprocess.CompletedProcess(cmd, 0))
+    return commands
+
+
+def test_a_heldout_run_trains_with_the_suites_overrides_after_its_config(tmp_path, monkeypatch):
+    commands = no_training(monkeypatch)
     study.train("gpt2_heldout", str(tmp_path), "baseline_slow", 3, 3000)
     cmd = commands[0]
     assert cmd[2] == "lab/config/cpu_gpt2_baseline_slow.py" and cmd[-3:] == study.SUITES["gpt2_heldout"]["args"]
@@ -541,3 +552,137 @@ def test_ctrl_c_stops_the_study_keeps_what_ran_and_says_how_to_go_on(tmp_path):
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     assert os.read(reader, 100) == b""  # no third run was started
     os.close(reader)
+
+
+def test_a_study_refuses_the_runs_of_another_study_in_its_results_folder(tmp_path, monkeypatch):
+    """The gpt2 study's committed logs (no study.json: they are its runs by the folder they are in) are not the byte
+    study's runs, to train or to table; a run folder the study trained in says whose run it holds (study.json), with
+    which settings after its config."""
+    commands = no_training(monkeypatch)
+    gpt2 = tmp_path / "gpt2_study"
+    shutil.copytree(os.path.join(ROOT, study.SUITES["gpt2"]["results"]), gpt2)
+    monkeypatch.setitem(study.SUITES["gpt2"], "results", str(gpt2))
+    for extra in ([], ["--summary"]):
+        with pytest.raises(SystemExit) as e:
+            study.main(["--suite=byte", f"--results={gpt2}", *extra])
+        assert_one_line_error(str(e.value.code), "baseline_seed0 holds a run of the gpt2 study, not of the byte study",
+                              "use the byte study's own --results")
+    assert commands == []
+    study.check_own_runs("gpt2", str(gpt2), study.SUITES["gpt2"]["runs"], range(5), [])  # its own, without study.json
+    mine = tmp_path / "mine"
+    study.train("gpt2", str(mine), "baseline", 0, 1200, ["--n_layer=1"])  # fails at once: only study.json is written
+    assert json.loads((mine / "baseline_seed0" / "study.json").read_text())["suite"] == "gpt2"
+    with pytest.raises(SystemExit) as e:
+        study.main(["--suite=byte", f"--results={mine}"])
+    assert_one_line_error(str(e.value.code), "holds a run of the gpt2 study (config/cpu_gpt2_baseline.py on "
+                          "data/wikitext2_valid_gpt2c), not of the byte study (config/cpu_baseline.py on")
+    with pytest.raises(SystemExit) as e:
+        study.main(["--suite=gpt2", f"--results={mine}", "--n_layer=2"])
+    assert_one_line_error(str(e.value.code), "was trained with --n_layer=1 after its config, not with --n_layer=2")
+    assert len(commands) == 1  # the one train.py above
+
+
+def test_a_study_checks_that_its_input_is_wikitext2_whatever_its_line_endings(tmp_path, monkeypatch):
+    """--input stands for WikiText-2's valid.txt (here a stand-in with its sha256): a copy with Windows line endings is
+    that text and is prepared; another text is refused with one line, before anything is prepared or trained."""
+    commands = no_training(monkeypatch)
+    monkeypatch.setattr(study, "dataset_meta", lambda settings: {})  # not prepared yet
+    monkeypatch.setattr(study, "run_all", lambda *args, **kw: 0)
+    text = word_articles(ASCII_WORDS, 4, 30)
+    monkeypatch.setitem(pw.WIKITEXT2_FILES, "valid", ("valid.txt", "sha256", hashlib.sha256(text.encode()).hexdigest()))
+    (tmp_path / "windows.txt").write_bytes(text.replace("\n", "\r\n").encode())
+    (tmp_path / "other.txt").write_text(text.replace("river", "rivers"))
+    with pytest.raises(SystemExit) as e:
+        study.main(["--suite=byte", f"--results={tmp_path / 'r'}", f"--input={tmp_path / 'other.txt'}"])
+    assert_one_line_error(str(e.value.code), f"--input={tmp_path / 'other.txt'} is not WikiText-2's valid.txt",
+                          "line endings aside", "the text of the byte study")
+    assert commands == []
+    assert study.main(["--suite=byte", f"--results={tmp_path / 'r'}", f"--input={tmp_path / 'windows.txt'}"]) == 0
+    assert commands[0][1:3] == ["prepare_wikipedia.py", f"--input={tmp_path / 'windows.txt'}"]
+
+
+@pytest.mark.parametrize("log, fragments", [
+    ('{"iter": 0, "train_loss": 5.0}\n', ["baseline_seed0/log.jsonl record 1 has no number at val_loss (None)",
+                                          "move its folder out of the way"]),
+    ('{"iter": 0, "train_loss": 5.0, "val_loss": null}\n', ["record 1 has no number at val_loss (None)"]),
+    ('{"iter": null, "train_loss": 5.0, "val_loss": 5.0}\n', ["record 1 has no number at iter (None)"]),
+    (None, ["baseline_seed0/log.jsonl is a folder, not a log", "move it out of the way"])])
+def test_summary_of_a_log_that_is_no_run_of_train_py_is_one_line_naming_it(tmp_path, log, fragments):
+    write_log(tmp_path / "encdec_none_seed0", [0, 600, 1200])
+    os.makedirs(tmp_path / "baseline_seed0" / ("log.jsonl" if log is None else ""))
+    if log is not None:
+        (tmp_path / "baseline_seed0" / "log.jsonl").write_text(log + "".join(
+            json.dumps({"iter": i, "train_loss": 4.0, "val_loss": 5.0}) + "\n" for i in (600, 1200)))
+    with pytest.raises(SystemExit) as e:
+        study.main(["--suite=gpt2", f"--results={tmp_path}", "--summary"])
+    assert_one_line_error(str(e.value.code), *fragments)
+
+
+def test_summary_of_a_partial_study_without_a_finished_baseline_says_what_is_missing(tmp_path, capsys):
+    for seed in (0, 1):
+        write_log(tmp_path / f"encdec_none_seed{seed}", [0, 600, 1200])
+        write_log(tmp_path / f"baseline_seed{seed}", [0, 600], '{"iter": 1200, "train_lo')  # cut short, torn
+    assert study.main(["--suite=gpt2", f"--results={tmp_path}", "--summary"]) == 0
+    out = capsys.readouterr().out
+    assert "| encdec_none | 2 |" in out and "| baseline |" not in out and "Interim, not final" in out
+    assert "best val and final val - train: no finished baseline run yet" in out
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--pick_lr=abc"], "--pick_lr=abc is not a list of learning rates"),
+    (["--pick_lr=0.001,-1"], "--pick_lr=0.001,-1 is not a list of learning rates"),
+    (["--pick_lr=0.001"], "encdec_none_seed0/log.jsonl has no evaluation from step 100 on"),
+    (["--dry_run", "--eval_interval=0"], "eval_interval=0 is not allowed"),
+    (["--dry_run", "--n_head=7"], "n_head=7 is not allowed: n_embed=64 must be divisible by it"),
+    (["--dry_run"], "data/wikitext2_valid_gpt2c/meta.json is not a prepared dataset's meta.json")])
+def test_dry_run_and_pick_lr_with_bad_values_or_a_corrupt_meta_json_are_one_line_errors(tmp_path, monkeypatch, args,
+                                                                                        fragment):
+    monkeypatch.setattr(study, "ROOT", str(tmp_path))  # no runs to pick from; a meta.json cut short; the configs
+    shutil.copytree(os.path.join(ROOT, "config"), tmp_path / "config")
+    if args == ["--dry_run"]:
+        os.makedirs(tmp_path / "data" / "wikitext2_valid_gpt2c")
+        (tmp_path / "data" / "wikitext2_valid_gpt2c" / "meta.json").write_text('{"vocab_size": 1')
+    (tmp_path / "train.py").write_text(open(os.path.join(ROOT, "train.py")).read())
+    with pytest.raises(SystemExit) as e:
+        study.main(["--suite=gpt2", *args])
+    assert_one_line_error(str(e.value.code), fragment)
+
+
+def test_dry_run_measures_a_cpu_runs_speed_also_as_python_m_lab_study():
+    settings = {**study.run_settings("byte", "baseline", ["--n_layer=1", "--n_embed=32", "--context_size=16"]),
+                "batch_size": 2}
+    assert study.measured_tokens_per_s(settings, steps=1) > 0
+
+
+def test_a_train_py_failure_while_picking_the_learning_rate_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(study, "ROOT", str(tmp_path))
+    write_log(tmp_path / "lab" / "results" / "gpt2_study" / "encdec_none_seed0", range(0, 1250, 50))
+    monkeypatch.setattr(study.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(
+        cmd, 1, "", "eval 0: ...\nerror: could not write out/log.jsonl: the disk is full\n"))
+    with pytest.raises(SystemExit) as e:
+        study.main(["--pick_lr=0.001"])
+    assert_one_line_error(str(e.value.code), "the baseline at learning_rate=0.001 failed: could not write "
+                          "out/log.jsonl: the disk is full")
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--n_layr=1"], ["unknown config key 'n_layr'", "did you mean 'n_layer'?"]),
+    (["--dry_run", "--n_layr=1"], ["unknown config key 'n_layr'", "did you mean 'n_layer'?"]),
+    (["--summary", "--block_size=64"], ["unknown config key 'block_size'", "did you mean 'context_size'?"]),
+    (["--n_layer=two"], ["n_layer='two'", "has the wrong type: n_layer takes a int"]),
+    (["--n_head=7"], ["n_head=7 is not allowed: n_embed=96 must be divisible by it"]),
+    (["--seed=3"], ["--seed: the study sets it for each run", "--seeds=N"]),
+    (["--out_dir=x", "--overwrite=True"], ["--out_dir, --overwrite: the study sets it for each run"])])
+def test_a_setting_train_py_would_refuse_stops_the_study_before_it_starts(tmp_path, monkeypatch, args, fragments):
+    commands = no_training(monkeypatch)
+    with pytest.raises(SystemExit) as e:
+        study.main(["--suite=byte", f"--results={tmp_path}", *args])
+    assert_one_line_error(str(e.value.code), *fragments)
+    assert commands == [] and not os.listdir(tmp_path)
+
+
+def test_the_study_knows_the_settings_train_py_takes_without_running_it():
+    listed = run("train.py", "--help", cwd=ROOT).stdout
+    assert [line.split("=")[0].strip()[2:] for line in listed.splitlines() if line.startswith("  --")] == \
+        list(study.train_defaults())
+    assert study.train_defaults()["learning_rate"] == 9e-4 and study.train_defaults()["n_layer"] is None
