@@ -14,6 +14,7 @@ import difflib
 import inspect
 import os
 import re
+import signal
 import statistics
 import sys
 import time
@@ -40,10 +41,42 @@ def fail(message):
     raise SystemExit(f"error: {message}")
 
 
-def on_ctrl_c(message):
-    """Make Ctrl-C stop the script with one line, `interrupted: message` (what is kept, how to go on), and exit
-    status 130, instead of a traceback."""
+def script_start():
+    """What every script does first. Printing never stops it: a character the console cannot show (a Windows code
+    page, PYTHONIOENCODING=ascii, a file name that is not UTF-8) is written escaped. And SIGTERM and SIGHUP (how Colab,
+    clusters, docker and Kubernetes stop a program; a closed terminal) stop it as Ctrl-C does, saying what is kept."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):  # not when a test has replaced it
+            stream.reconfigure(errors="backslashreplace")
+    for name in ("SIGTERM", "SIGHUP"):  # Windows has no SIGHUP
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.default_int_handler)  # raises KeyboardInterrupt
+
+
+def machine_error(error, lower, compile_off="use --compile=False"):
+    """The one line for an error of the machine rather than of the input, None for any other error: out of memory
+    (CPU or GPU), naming the settings to lower, or a torch.compile that found no working C++ compiler."""
+    detail = re.sub(r"\[enforce fail at [^]]*\] (data\. )?", "", (str(error).strip() or type(error).__name__))
+    detail = ". ".join(detail.splitlines()[0].split(". ")[:2])  # e.g. CUDA out of memory. Tried to allocate 2.00 GiB
+    names = [kind.__name__ for kind in type(error).__mro__]
+    if "MemoryError" in names or "OutOfMemoryError" in names or re.search(
+            r"out of memory|DefaultCPUAllocator|can't allocate memory", detail, re.I):
+        return f"out of memory ({detail}); lower {lower}"
+    if "BackendCompilerFailed" in names:  # InductorError is one
+        return f"torch.compile could not build the model ({detail}); {compile_off}, or install a C++ compiler"
+    return None
+
+
+def on_ctrl_c(message, lower="the sizes asked for", compile_off="use --compile=False"):
+    """Make Ctrl-C, SIGTERM and SIGHUP stop the script with one line, `interrupted: message` (what is kept, how to go
+    on), and exit status 130, instead of a traceback; running out of memory (lower: the settings to lower) or a failed
+    torch.compile, with one line `error: ...`. Also script_start's printing that never fails."""
+    script_start()
+
     def hook(kind, value, tb):
+        line = machine_error(value, lower, compile_off)
+        if line:
+            return print(f"error: {line}", file=sys.stderr, flush=True)  # exit status 1
         if not issubclass(kind, KeyboardInterrupt):
             return sys.__excepthook__(kind, value, tb)
         print(f"interrupted: {message}", file=sys.stderr, flush=True)

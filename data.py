@@ -10,13 +10,16 @@ writer and the checkpoint loader. prepare_wikipedia.py writes datasets; train, s
 """
 import atexit
 import errno
-import fcntl
 import functools
 import json
 import os
 import re
 import shutil
 import time
+try:
+    import fcntl  # POSIX: locks a folder; Windows has none (hold_folder says so)
+except ImportError:
+    fcntl = None
 
 import numpy as np
 import torch
@@ -199,19 +202,25 @@ def read_meta(dataset):
 # files: atomic writes, checkpoints
 
 
+def temporary_path(path):
+    """Where write_atomic writes path before renaming it: path.<pid>.partial, a name no one else's file has, which
+    remove_stale_temporaries knows as ours."""
+    return f"{path}.{os.getpid()}.partial"
+
+
 def write_atomic(path, data, on_error=None):
-    """Write data (bytes, or a function of the open file) into path.tmp, then rename it over path: a crash or a full
-    disk leaves the previous file whole. A failed or interrupted write removes path.tmp; a failed one then calls
-    on_error(path, error, size), or stops with one line. (Checkpoints go as bytes: torch's zip writer hides a full
-    disk behind an unclear error.)"""
-    size = None if callable(data) else len(data)
+    """Write data (bytes, or a function of the open file) into a temporary file, then rename it over path: a crash or
+    a full disk leaves the previous file whole. A failed or interrupted write removes the temporary file; a failed one
+    then calls on_error(path, error, size), or stops with one line. (Checkpoints go as bytes: torch's zip writer hides
+    a full disk behind an unclear error.)"""
+    size, tmp = None if callable(data) else len(data), temporary_path(path)
     try:
-        with open(path + ".tmp", "wb") as f:
+        with open(tmp, "wb") as f:
             data(f) if callable(data) else f.write(data)
-        os.replace(path + ".tmp", path)
+        os.replace(tmp, path)
     except BaseException as e:  # also Ctrl-C
-        if os.path.lexists(path + ".tmp"):
-            os.remove(path + ".tmp")
+        if os.path.lexists(tmp):
+            os.remove(tmp)
         if not isinstance(e, OSError):
             raise
         if on_error:
@@ -233,15 +242,35 @@ def write_error(path, error, size=None):
 
 
 def remove_stale_temporaries(folder):
-    """Remove the *.tmp files an interrupted write left in folder (the files they were to replace are whole)."""
+    """Remove the temporary files write_atomic left in folder when killed (the files they were to replace are whole);
+    any other file, such as a user's notes.tmp, stays."""
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-        if name.endswith(".tmp"):
+        if re.fullmatch(r".+\.\d+\.partial", name) and os.path.isfile(os.path.join(folder, name)):
             os.remove(os.path.join(folder, name))
             print(f"removed {os.path.join(folder, name)}, left by an interrupted write")
 
 
+def folder_chain(folder):
+    """folder and the folders it lies in, outermost first: a/b/c -> a, a/b, a/b/c."""
+    chain, path = [], os.path.normpath(folder)
+    while path and path not in chain:  # dirname stops at "" (a relative path) or at the root, its own dirname
+        chain.append(path)
+        path = os.path.dirname(path)
+    return chain[::-1]
+
+
 def make_folder(folder, what="--out_dir"):
-    """Create folder (and its parents) for writing, or stop with one line saying why it cannot be."""
+    """Create folder (and its parents) for writing, or stop with one line saying why it cannot be. Returns the
+    outermost folder it created, None if folder was there already (remove_empty_folders takes them away again)."""
+    try:
+        folder.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that are not UTF-8 arrive from the command line as lone surrogates
+        fail(f"{what}={folder!r} is not a UTF-8 name; choose a name of UTF-8 text, e.g. letters, digits, '_' and '-'")
+    for path in folder_chain(folder):
+        if os.path.islink(path) and not os.path.exists(path):
+            fail(f"{what}={folder}: {path} is a broken link, to {os.readlink(path)}, which does not exist; "
+                 f"create that folder, or choose another {what}")
+    created = next((path for path in folder_chain(folder) if not os.path.lexists(path)), None)
     try:
         os.makedirs(folder, exist_ok=True)
         probe = os.path.join(folder, f".write_test_{os.getpid()}")
@@ -253,18 +282,36 @@ def make_folder(folder, what="--out_dir"):
         fail(f"{what}={folder} lies under a file, not a folder; choose another {what}")
     except OSError as e:
         fail(f"cannot write in {what}={folder}: {write_error(os.path.join(folder, 'x'), e)}")
+    return created
+
+
+def remove_empty_folders(folder, created):
+    """Remove folder and the folders around it up to `created` (make_folder's answer), each if empty: a run that
+    stopped before writing anything leaves no empty folder behind."""
+    chain = folder_chain(folder)
+    for path in reversed(chain[chain.index(created):] if created else []):
+        try:
+            os.rmdir(path)
+        except OSError:  # not empty
+            return
 
 
 def hold_folder(folder, what):
     """Hold folder for this process alone: an OS lock on the folder itself, released when the process ends, even by
     kill -9. A second process stops with one line saying who holds it (from folder/.lock, which note_holder writes).
-    Holding it again in the same process is no conflict (prepare_wikipedia.main called twice)."""
+    Holding it again in the same process is no conflict (prepare_wikipedia.main called twice). Where the system or the
+    file system has no locks (Windows, NFS without its lock service), one line warns."""
     if os.path.realpath(folder) in _held:
         return
+    if fcntl is None:
+        return cannot_lock(folder, what, "this system has no fcntl locks")
     fd = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except OSError as e:
+        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):  # not held by another: no locks there
+            os.close(fd)
+            return cannot_lock(folder, what, f"{e.strerror}: its file system has no locks, e.g. NFS without lockd")
         try:
             with open(os.path.join(folder, ".lock")) as f:
                 holder = f.read().strip()
@@ -274,12 +321,18 @@ def hold_folder(folder, what):
     _held[os.path.realpath(folder)] = fd
 
 
+def cannot_lock(folder, what, reason):
+    """hold_folder's one line where it cannot hold folder: the run goes on, unguarded."""
+    print(f"warning: {folder} cannot be locked ({reason}), so nothing stops a second process from writing there at "
+          f"the same time: run one at a time in this {what}", flush=True)
+
+
 def note_holder(folder, command):
     """Write who holds folder into folder/.lock, for a second process's message; removed when this process exits
     normally (after kill -9 it stays, harmless: the lock itself is gone, and the next holder writes its own)."""
     path = os.path.join(folder, ".lock")
     try:
-        with open(path, "w") as f:
+        with open(path, "w", encoding="utf-8", errors="backslashreplace") as f:  # any command line
             f.write(f"pid {os.getpid()} ({command}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n")
     except OSError:  # a full disk: the lock holds all the same, and the run says so when it writes
         pass

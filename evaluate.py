@@ -113,5 +113,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    on_ctrl_c("nothing was written; run the same command again")
+    on_ctrl_c("nothing was written; run the same command again", lower="--batch_size")
     main()

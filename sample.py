@@ -19,7 +19,7 @@ import reversal
 from configurator import fail, on_ctrl_c, pick_device
 from data import check_same_data, get_tokenizer, load_checkpoint, read_meta
 
-on_ctrl_c("stopped sampling")
+on_ctrl_c("stopped sampling", lower="--num_samples or --max_new_tokens", compile_off="leave out --compile")
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("--out_dir", default=None,

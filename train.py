@@ -13,6 +13,7 @@ The write-up is "Auto-regressive Encoder-Decoder Transformer" (Yan, 2024); its e
 Batches (and dropout masks) are a function of (seed, iteration, micro-step), so a resumed run and a
 DDP run log exactly the losses of one uninterrupted single-process run with the same global batch.
 """
+import atexit
 import dataclasses
 import io
 import math
@@ -20,7 +21,7 @@ import os
 import re
 import sys
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 import torch
@@ -28,25 +29,32 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import reversal
-from configurator import configure, duration, fail, forward_seconds, matmul_peak, pick_device, sync
+from configurator import (configure, duration, fail, forward_seconds, machine_error, matmul_peak, pick_device,
+                          script_start, sync)
 from data import (append_log, check_dataset, check_same_data, embedding_norms, hold_folder, load_checkpoint,
-                  make_folder, note_holder, prepare_hint, remove_stale_temporaries, split_losses, truncate_log,
-                  window_starts, write_atomic, write_error)
+                  make_folder, note_holder, prepare_hint, remove_empty_folders, remove_stale_temporaries, split_losses,
+                  truncate_log, window_starts, write_atomic, write_error)
 from model import ModelConfig, build_model, logits_needed
 
 
 def on_interrupt(kind, value, tb):
-    """Ctrl-C: one line saying where the last checkpoint is, instead of a traceback."""
-    if not issubclass(kind, KeyboardInterrupt):
+    """Ctrl-C (and SIGTERM, SIGHUP), out of memory, torch.compile without a compiler: one line saying where the last
+    checkpoint is, instead of a traceback."""
+    error = machine_error(value, "--batch_size (a larger --gradient_accumulation_steps keeps the batch per step) "
+                                 "or --context_size")
+    if not issubclass(kind, KeyboardInterrupt) and not error:
         return sys.__excepthook__(kind, value, tb)
     saved = globals().get("saved_iter")  # write_atomic removes the temporary file of a save cut short
-    if int(os.environ.get("RANK", 0)) == 0:
-        print(f"interrupted at iteration {globals().get('iter_num', 0)}: " + (
-            f"the last checkpoint is {ckpt_path} (iteration {saved}); continue with `{resume_command}`"
-            if saved is not None else "no checkpoint was saved yet"), file=sys.stderr)
+    kept = (f"the last checkpoint is {ckpt_path} (iteration {saved}); continue with `{resume_command}`"
+            if saved is not None else "no checkpoint was saved yet")
+    if error:  # in any process: it may be the only one short of memory
+        print(f"error: {error}; {kept}" + " and that setting" * (saved is not None), file=sys.stderr)
+    elif int(os.environ.get("RANK", 0)) == 0:
+        print(f"interrupted at iteration {globals().get('iter_num', 0)}: {kept}", file=sys.stderr)
 
 
 sys.excepthook = on_interrupt
+script_start()
 # -----------------------------------------------------------------------------
 # settings; the defaults are the write-up's appendix runs (one A100, 9k steps)
 out_dir = ""  # folder for ckpt.pt and log.jsonl; "" means out-<dataset>, e.g. out-reversal
@@ -90,6 +98,7 @@ out_dir = out_dir or f"out-{dataset}"  # each dataset its own folder, as nanoGPT
 ckpt_path, log_path = os.path.join(out_dir, "ckpt.pt"), os.path.join(out_dir, "log.jsonl")
 resume_command = f"python train.py --out_dir={out_dir} --init_from=resume"
 checkpoint, saved_iter, master = None, None, int(os.environ.get("RANK", 0)) == 0  # rank 0 of torchrun writes
+restored = {}  # the settings a resume takes from its checkpoint
 if init_from == "resume":  # the checkpoint's settings fill in every key not set here
     if not os.path.exists(ckpt_path):
         fail(f"no checkpoint at {ckpt_path} to resume from; train with --init_from=scratch first, or set --out_dir")
@@ -101,8 +110,7 @@ if init_from == "resume":  # the checkpoint's settings fill in every key not set
         if key in user_set and globals()[key] != saved[key]:
             fail(f"{ckpt_path} was trained with {key}={saved[key]!r}, not {globals()[key]!r}; "
                  f"drop --{key} to resume it")
-    restored = {k: v for k, v in saved.items()
-                if k not in user_set | {"out_dir", "init_from", "overwrite", "device", "dtype", "compile"}}
+    restored = {k: v for k, v in saved.items() if k not in user_set | {"out_dir", "init_from", "overwrite"}}
     globals().update(restored)
     user_set |= restored.keys()
 if dataset == "reversal":  # the sequence-reversal study's toy task has its own, much shorter schedule
@@ -134,7 +142,18 @@ checks = {  # setting: (is the value allowed?, what to use instead)
 for key, (allowed, fix) in checks.items():
     if not allowed:
         fail(f"{key}={globals()[key]!r} is not allowed; {fix}")
-device, dtype = pick_device(device, dtype)
+try:
+    device, dtype = pick_device(device, dtype)
+except SystemExit as e:  # a resume on a machine without the checkpoint's device or precision
+    if not {"device", "dtype"} & restored.keys():
+        raise
+    fail(f"{ckpt_path} ran with device={device!r}, dtype={dtype!r}; here {str(e.code).removeprefix('error: ')}")
+if checkpoint is not None:  # resumed on other hardware or precision: it goes on, but not as the run it was
+    changed = [k for k in ("device", "dtype", "compile") if globals()[k] != saved[k]]
+    if changed and master:
+        print(f"note: resuming with {', '.join(f'{k}={globals()[k]!r}' for k in changed)}, not the checkpoint's "
+              f"{', '.join(f'{k}={saved[k]!r}' for k in changed)}: the losses will differ a little from an "
+              f"unbroken run's", flush=True)
 if init_from == "scratch" and not overwrite:
     if os.path.exists(ckpt_path):
         fail(f"{ckpt_path} already holds a trained model; continue it with --init_from=resume, train in another "
@@ -143,12 +162,12 @@ if init_from == "scratch" and not overwrite:
         fail(f"{log_path} holds the log of an earlier run; train in another --out_dir, or replace it with "
              f"--overwrite=True")
 train_config = {k: globals()[k] for k in defaults}  # saved in checkpoints
-if wandb_log and master:  # imported only when asked
+if wandb_log and master:  # imported only when asked; its run starts once every check has passed
     try:
         import wandb
     except ImportError:
-        fail("wandb_log=True needs Weights & Biases, which is not installed: pip install wandb, or drop --wandb_log")
-    wandb.init(project=wandb_project, name=wandb_run_name or out_dir, config=train_config)
+        fail("wandb_log=True needs Weights & Biases, which is not installed: pip install wandb, or train without it: "
+             "--wandb_log=False")
 # -----------------------------------------------------------------------------
 # processes and devices
 ddp = "RANK" in os.environ  # started by torchrun
@@ -164,6 +183,38 @@ if gradient_accumulation_steps % world_size:
     fail(f"gradient_accumulation_steps={gradient_accumulation_steps} must be divisible by the {world_size} "
          f"processes; change one of them")
 my_micro_steps = list(range(rank, gradient_accumulation_steps, world_size))  # rank r of W: micro-steps r, r+W, ...
+
+
+def all_sum(value):
+    """value summed over the processes (DDP), else value itself: every process sees the same, and stops or not."""
+    if not ddp:
+        return value
+    total = torch.tensor([float(value)], dtype=torch.float64, device=device)
+    dist.all_reduce(total)
+    return total.item()
+
+
+@contextmanager
+def stop_together():
+    """Around the work of rank 0 alone: with DDP, a stop there (`fail`, an error) stops every process, rank 0 with its
+    one line, the others silently, rather than leaving them to die with "connection closed" tracebacks."""
+    error = None
+    try:
+        yield
+    except (SystemExit, Exception) as e:
+        error = e
+    if not all_sum(error is not None):
+        return
+    if ddp:  # rank 0 says why before any process leaves (torchrun ends the others once one has)
+        if isinstance(error, SystemExit):
+            print(error.code, file=sys.stderr, flush=True)
+        elif error is not None:
+            sys.excepthook(type(error), error, error.__traceback__)
+        dist.barrier()
+        raise SystemExit(1)
+    raise error
+
+
 device_type, ptdtype = device.split(":")[0], getattr(torch, dtype)  # cuda, mps or cpu
 autocast = torch.autocast(device_type, dtype=ptdtype) if dtype != "float32" else nullcontext()
 # float16 gradients underflow: the loss is scaled up before backward, and a step with inf / NaN gradients is skipped
@@ -220,19 +271,21 @@ elif vocab_size < dataset_vocab:  # e.g. a byte-level config (256) on GPT-2 toke
     fail(f"vocab_size={vocab_size} is smaller than the dataset's {dataset_vocab} tokens; leave vocab_size unset"
          + (f", or prepare data/{dataset} again: {prepare_hint(dataset, wanted_tokenizer)}"
             if dataset != "reversal" else ""))
-if master:  # one process at a time in out_dir; stale temporary files of an interrupted write go
-    make_folder(out_dir)
-    if init_from == "scratch":
-        hold_folder(out_dir, "--out_dir")
-    note_holder(out_dir, " ".join(["train.py", *sys.argv[1:]]))
-    remove_stale_temporaries(out_dir)
+with stop_together():
+    if master:  # one process at a time in out_dir; stale temporary files of an interrupted write go
+        created = make_folder(out_dir)
+        atexit.register(remove_empty_folders, out_dir, created)  # a run stopped before it wrote: no empty folder
+        if init_from == "scratch":
+            hold_folder(out_dir, "--out_dir")
+        note_holder(out_dir, " ".join(["train.py", *sys.argv[1:]]))
+        remove_stale_temporaries(out_dir)
 # -----------------------------------------------------------------------------
 # model, optimizer, checkpoint
 try:
     config = ModelConfig(**{k: globals()[k] for k in ModelConfig.flags() if globals()[k] is not None})
 except ValueError as e:
     fail(e)
-iter_num, best_val_loss, tokens_seen = 0, float("inf"), 0
+iter_num, best_val_loss, tokens_seen, wandb_run_id = 0, float("inf"), 0, None
 if checkpoint is not None:
     diffs = [(k, v, getattr(config, k)) for k, v in dataclasses.asdict(saved_config).items() if getattr(config, k) != v]
     if diffs:
@@ -241,6 +294,7 @@ if checkpoint is not None:
              + (f" (vocab_size comes from data/{dataset}/meta.json: prepare it as for training)"
                 if "vocab_size" in [d[0] for d in diffs] else ""))
     iter_num, best_val_loss = checkpoint["iter_num"], checkpoint["best_val_loss"]
+    wandb_run_id = checkpoint.get("wandb_run_id")  # a resumed run goes on in its W&B run
     # the tokens trained on so far, carried over: a resume may change batch_size (older checkpoints: computed)
     tokens_seen = checkpoint.get("tokens", iter_num * saved["gradient_accumulation_steps"] * saved["batch_size"]
                                  * saved_config.context_size)
@@ -280,6 +334,7 @@ def save_checkpoint():
                   "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
                   "iter_num": iter_num,  # also the data position: batches are a function of (seed, iteration)
                   "tokens": tokens_seen, "best_val_loss": best_val_loss, "train_config": train_config,
+                  "wandb_run_id": wandb_run_id,
                   "dataset_meta": meta,  # sample.py checks that data/<dataset>/meta.json still has this tokenizer
                   "rng": {"cpu": torch.get_rng_state(),
                           "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None,
@@ -354,31 +409,42 @@ flops_per_token = raw_model.flops_per_token(block)
 # (float32's on a CPU, where autocast only tests the GPU's code path: a float16 matmul there takes seconds)
 peak_flops = matmul_peak(device, ptdtype if device_type != "cpu" else torch.float32,
                          4096 if device_type == "cuda" else 1024, 10, warmup=0, pick=min)
-if master:
-    if init_from == "resume":
-        truncate_log(log_path, iter_num, on_error=stop_write_failed)
-    else:  # checked above: no checkpoint here, or --overwrite=True
-        for path in (log_path, ckpt_path):
-            if os.path.exists(path):
-                os.remove(path)
-    print(f"{config.variant}: {raw_model.num_params():,} parameters; {tokens_per_iter:,} tokens per iteration "
-          f"({world_size} process{'es' * (world_size > 1)}, {device}, {dtype}); "
-          + (f"resuming at iteration {iter_num}" if init_from == "resume" else "from scratch"))
-    # early, before a long first evaluation: how long the run will take, timed on one forward pass
-    forward = forward_seconds(raw_model, *get_batch("val", eval_rng("val", 0)), autocast, return_logits)
-    eval_batches = eval_iters or math.ceil(
-        len(window_starts(os.path.getsize(os.path.join(data_dir, "val.bin")) // 2, block)) / batch_size)
-    iter_seconds, eval_seconds = 3 * len(my_micro_steps) * forward, 2 * eval_batches * forward
-    total = (max_iters - iter_num) * iter_seconds + evals_left(iter_num + (init_from == "resume")) * eval_seconds
-    print(f"estimated: {duration(iter_seconds)} per iteration, {duration(eval_seconds)} per evaluation, "
-          f"{duration(total)} in all", flush=True)
-    if device_type == "cpu" and os.getloadavg()[0] > os.cpu_count() - 0.5 and torch.get_num_threads() > 1:
-        print(f"warning: the CPU is busy (load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores), and this run's "
-              f"{torch.get_num_threads()} threads will wait on the others: run several at once with OMP_NUM_THREADS=1 "
-              f"each, as study.py does", flush=True)
-    if device_type == "cpu" and total > 3 * 3600:
-        print(f"warning: this run would take about {duration(total)} on this CPU; for a CPU-sized run, "
-              f"try `python train.py config/cpu_baseline.py` (minutes)", flush=True)
+with stop_together():
+    if master:
+        if wandb_log:  # now that every check has passed: a run that stops on its own checks leaves no W&B run
+            try:
+                wandb_run = wandb.init(project=wandb_project, name=wandb_run_name or out_dir, id=wandb_run_id,
+                                       resume="allow")
+                wandb_run.config.update(train_config, allow_val_change=True)  # a resume may change some
+            except Exception as e:  # no API key, no network
+                fail(f"W&B could not start ({type(e).__name__}: {(str(e).strip() or '?').splitlines()[0]}); log in "
+                     f"with `wandb login`, log offline with WANDB_MODE=offline, or train without it: --wandb_log=False")
+            wandb_run_id = wandb_run.id  # saved in the checkpoints: a resume goes on in this W&B run
+        if init_from == "resume":
+            truncate_log(log_path, iter_num, on_error=stop_write_failed)
+        else:  # checked above: no checkpoint here, or --overwrite=True
+            for path in (log_path, ckpt_path):
+                if os.path.exists(path):
+                    os.remove(path)
+        print(f"{config.variant}: {raw_model.num_params():,} parameters; {tokens_per_iter:,} tokens per iteration "
+              f"({world_size} process{'es' * (world_size > 1)}, {device}, {dtype}); "
+              + (f"resuming at iteration {iter_num}" if init_from == "resume" else "from scratch"))
+        # early, before a long first evaluation: how long the run will take, timed on one forward pass
+        forward = forward_seconds(raw_model, *get_batch("val", eval_rng("val", 0)), autocast, return_logits)
+        eval_batches = eval_iters or math.ceil(
+            len(window_starts(os.path.getsize(os.path.join(data_dir, "val.bin")) // 2, block)) / batch_size)
+        iter_seconds, eval_seconds = 3 * len(my_micro_steps) * forward, 2 * eval_batches * forward
+        total = (max_iters - iter_num) * iter_seconds + evals_left(iter_num + (init_from == "resume")) * eval_seconds
+        print(f"estimated: {duration(iter_seconds)} per iteration, {duration(eval_seconds)} per evaluation, "
+              f"{duration(total)} in all", flush=True)
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0  # Windows has no load average
+        if device_type == "cpu" and load > os.cpu_count() - 0.5 and torch.get_num_threads() > 1:
+            print(f"warning: the CPU is busy (load {load:.1f} on {os.cpu_count()} cores), and this run's "
+                  f"{torch.get_num_threads()} threads will wait on the others: run several at once with "
+                  f"OMP_NUM_THREADS=1 each, as study.py does", flush=True)
+        if device_type == "cpu" and total > 3 * 3600:
+            print(f"warning: this run would take about {duration(total)} on this CPU; for a CPU-sized run, "
+                  f"try `python train.py config/cpu_baseline.py` (minutes)", flush=True)
 run_start = interval_start = last_print = time.time()
 interval_tokens = 0
 while True:
@@ -389,28 +455,30 @@ while True:
     if (iter_num % eval_interval == 0 or iter_num >= max_iters) and not resumed_here:
         sync(device)
         tokens_per_sec = interval_tokens / (time.time() - interval_start) if interval_tokens else None
-        if master:
-            if eval_seconds > 30:  # a long evaluation says so first
-                print(f"eval {iter_num}: evaluating, about {duration(eval_seconds)}", flush=True)
-            eval_start = time.time()
-            record = {"iter": iter_num, "tokens": tokens_seen, **evaluate(), "lr": lr,
-                      "grad_norm": grad_norm.item() if iter_num > start_iter else None,  # inf: a skipped step
-                      **({"grad_scale": scaler.get_scale()} if scaler.is_enabled() else {}),
-                      "tokens_per_sec": tokens_per_sec,
-                      "mfu": tokens_per_sec and flops_per_token * tokens_per_sec / world_size / peak_flops}
-            bad = [f"{k}={v}" for k, v in record.items()
-                   if k.endswith("loss") and v is not None and not math.isfinite(v)]
-            if bad:
-                stop_non_finite(", ".join(bad))
-            eval_seconds = time.time() - eval_start
-            print(f"eval {iter_num}: train loss {record['train_loss']:.4f}, val loss {record['val_loss']:.4f}"
-                  + (f", val accuracy {record['val_accuracy']:.1%}" if "val_accuracy" in record else ""), flush=True)
-            append_log(log_path, record, on_error=stop_write_failed)
-            if wandb_log:
-                wandb.log({k: v for k, v in record.items() if v is not None}, step=iter_num)
-            if always_save_checkpoint or record["val_loss"] < best_val_loss:
-                best_val_loss = min(best_val_loss, record["val_loss"])
-                save_checkpoint()
+        with stop_together():  # evaluation, log and checkpoint: rank 0's work
+            if master:
+                if eval_seconds > 30:  # a long evaluation says so first
+                    print(f"eval {iter_num}: evaluating, about {duration(eval_seconds)}", flush=True)
+                eval_start = time.time()
+                record = {"iter": iter_num, "tokens": tokens_seen, **evaluate(), "lr": lr,
+                          "grad_norm": grad_norm.item() if iter_num > start_iter else None,  # inf: a skipped step
+                          **({"grad_scale": scaler.get_scale()} if scaler.is_enabled() else {}),
+                          "tokens_per_sec": tokens_per_sec,
+                          "mfu": tokens_per_sec and flops_per_token * tokens_per_sec / world_size / peak_flops}
+                bad = [f"{k}={v}" for k, v in record.items()
+                       if k.endswith("loss") and v is not None and not math.isfinite(v)]
+                if bad:
+                    stop_non_finite(", ".join(bad))
+                eval_seconds = time.time() - eval_start
+                print(f"eval {iter_num}: train loss {record['train_loss']:.4f}, val loss {record['val_loss']:.4f}"
+                      + (f", val accuracy {record['val_accuracy']:.1%}" if "val_accuracy" in record else ""),
+                      flush=True)
+                append_log(log_path, record, on_error=stop_write_failed)
+                if wandb_log:
+                    wandb.log({k: v for k, v in record.items() if v is not None}, step=iter_num)
+                if always_save_checkpoint or record["val_loss"] < best_val_loss:
+                    best_val_loss = min(best_val_loss, record["val_loss"])
+                    save_checkpoint()
         interval_start, interval_tokens = time.time(), 0
         last_print = interval_start
     if iter_num >= max_iters:
@@ -434,8 +502,11 @@ while True:
     interval_tokens += tokens_per_iter
     tokens_seen += tokens_per_iter
 
-    if iter_num % log_interval == 0 and not math.isfinite(loss.item()):  # the only place the loop waits for the device
-        stop_non_finite(f"loss={loss.item()}")
+    if iter_num % log_interval == 0:  # the only place the loop waits for the device
+        loss_sum = all_sum(loss.item())  # over the processes: all stop, or none
+        with stop_together():
+            if master and not math.isfinite(loss_sum):
+                stop_non_finite(f"loss={loss_sum / world_size}")
     if master and (iter_num % log_interval == 0 or time.time() - last_print > 60):  # and a line a minute in slow runs
         tokens_per_sec = interval_tokens / (time.time() - interval_start)  # speeds: averages since the last evaluation
         iter_seconds = tokens_per_iter / tokens_per_sec

@@ -37,8 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # also as `python lab/study.py`
-from configurator import configure, fail, read_config
-from data import hold_folder, make_folder, note_holder, prepare_hint, read_log, write_atomic
+from configurator import configure, fail, on_ctrl_c, read_config
+from data import hold_folder, make_folder, note_holder, prepare_hint, read_log, temporary_path, write_atomic
 from prepare_wikipedia import WIKITEXT2_FILES, read_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: train.py, config/, data/
@@ -200,8 +200,9 @@ def start_from_shorter_run(suite, run, seed, out_dir):
         return None
     os.makedirs(out_dir, exist_ok=True)
     for name in ("log.jsonl", "ckpt.pt"):  # the checkpoint last: a copy cut short leaves none, and is made again
-        shutil.copyfile(os.path.join(src, name), os.path.join(out_dir, name + ".tmp"))
-        os.replace(os.path.join(out_dir, name + ".tmp"), os.path.join(out_dir, name))
+        tmp = temporary_path(os.path.join(out_dir, name))  # removed by train.py if this copy is cut short
+        shutil.copyfile(os.path.join(src, name), tmp)
+        os.replace(tmp, os.path.join(out_dir, name))
     return log[-1]["iter"]
 
 
@@ -309,7 +310,8 @@ def run_all(suite, results, jobs, max_iters, n_jobs, overrides=(), gpus=()):
     except KeyboardInterrupt:
         STOP.set()
         for process in list(RUNNING):  # each saves nothing more and says where its checkpoint is
-            process.send_signal(signal.SIGINT)
+            if os.name == "posix":  # also when SIGTERM or SIGHUP came to the study alone; Windows has no SIGINT to
+                process.send_signal(signal.SIGINT)  # send, but its console's Ctrl-C reaches every process itself
         pool.shutdown(wait=True, cancel_futures=True)
         ended = [(job, f.result()) for job, f in zip(jobs, futures) if f.done() and not f.cancelled()]
         cut = [f"{run} seed {seed}" for (run, seed), (status, _) in ended if status.startswith("cut short")]
@@ -1048,4 +1050,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    on_ctrl_c("the runs finished so far are kept; run the same command again to go on")  # also SIGTERM, SIGHUP
     sys.exit(main())

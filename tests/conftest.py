@@ -52,15 +52,31 @@ def run(script, *args, cwd, check=True, timeout=300, env=None):
     return result
 
 
-def interrupted_at(module, name, script, *args, cwd):
-    """Run ROOT/script with args in cwd, with Ctrl-C (KeyboardInterrupt) raised when it calls module.name: an
-    interrupt at a chosen point, with no race."""
-    code = (f"import runpy, sys, {module}\n"
-            f"def interrupt(*args, **kwargs):\n    raise KeyboardInterrupt\n"
-            f"{module}.{name} = interrupt\n"
+def raising_at(module, name, error, script, *args, cwd):
+    """Run ROOT/script with args in cwd, with error (Python source, e.g. "MemoryError()") raised when it calls
+    module.name: a fault at a chosen point, with no race."""
+    code = (f"import runpy, sys, torch, {module}\n"
+            f"def fault(*args, **kwargs):\n    raise {error}\n"
+            f"{module}.{name} = fault\n"
             f"sys.argv = [{script!r}, *{list(args)!r}]\n"
             f"runpy.run_path({os.path.join(ROOT, script)!r}, run_name='__main__')")
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=300)
+
+
+def interrupted_at(module, name, script, *args, cwd):
+    """Run ROOT/script with args in cwd, with Ctrl-C (KeyboardInterrupt) raised when it calls module.name: an
+    interrupt at a chosen point, with no race."""
+    return raising_at(module, name, "KeyboardInterrupt", script, *args, cwd=cwd)
+
+
+def killed_write(path):
+    """The temporary file data.write_atomic leaves beside path when its process dies in the middle (kill -9)."""
+    before = set(os.listdir(os.path.dirname(path)))
+    subprocess.run([sys.executable, "-c", "import os, sys, data; "
+                    "data.write_atomic(sys.argv[1], lambda f: (f.write(b'half'), f.flush(), os._exit(9)))", str(path)],
+                   env=ENV)
+    [left] = set(os.listdir(os.path.dirname(path))) - before
+    return left
 
 
 def assert_interrupted(result, *fragments):

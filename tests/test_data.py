@@ -14,7 +14,8 @@ import pytest
 
 import data
 import prepare_wikipedia as pw
-from conftest import ROOT, assert_one_line_error, copy_run, log, make_wikitext, prepare_wikitext2, run, train
+from conftest import (ROOT, assert_one_line_error, copy_run, killed_write, log, make_wikitext, prepare_wikitext2, run,
+                      train)
 
 # -----------------------------------------------------------------------------
 # tokenizers
@@ -241,3 +242,31 @@ def test_write_atomic_replaces_the_file_whole_or_keeps_the_previous_one(tmp_path
     with pytest.raises(KeyboardInterrupt):  # Ctrl-C is not an error to report: it goes on up
         data.write_atomic(path, interrupted)
     assert (tmp_path / "ckpt.pt").read_bytes() == b"second" and os.listdir(tmp_path) == ["ckpt.pt"]
+
+
+def test_prepare_removes_the_temporary_files_of_a_killed_write_and_no_other(workdir, tmp_path):
+    out = tmp_path / "data" / "tiny"
+    out.mkdir(parents=True)
+    left = killed_write(out / "train.bin")
+    for name in ("notes.tmp", "train.bin.tmp", "draft.partial"):  # the user's files
+        (out / name).write_text("mine")
+    result = run("prepare_wikipedia.py", "--input", str(workdir / "text.txt"), "--name", "tiny", "--tokenizer", "byte",
+                 "--out_dir", str(tmp_path / "data"), cwd=tmp_path)
+    assert f"removed {out / left}, left by an interrupted write" in result.stdout and not (out / left).exists()
+    assert all((out / name).read_text() == "mine" for name in ("notes.tmp", "train.bin.tmp", "draft.partial"))
+
+# -----------------------------------------------------------------------------
+# folders: making one for a run, holding it (train.py's tests of a second process: test_train.py)
+
+
+@pytest.mark.parametrize("error", [errno.ENOLCK, errno.EOPNOTSUPP])  # NFS without its lock service; no locks at all
+def test_a_folder_on_a_file_system_without_locks_is_used_with_one_line_of_warning(tmp_path, monkeypatch, capsys,
+                                                                                   error):
+    def flock(fd, operation):
+        raise OSError(error, os.strerror(error))
+    monkeypatch.setattr(data.fcntl, "flock", flock)
+    data.hold_folder(str(tmp_path), "--out_dir")  # no "in use by another process": no one holds it
+    [line] = capsys.readouterr().out.splitlines()
+    assert line.startswith(f"warning: {tmp_path} cannot be locked ({os.strerror(error)}: its file system has no locks")
+    assert "run one at a time in this --out_dir" in line
+

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from conftest import assert_interrupted, assert_one_line_error, copy_run, interrupted_at, run
+from conftest import assert_interrupted, assert_one_line_error, copy_run, interrupted_at, raising_at, run
 
 
 def test_sample_continues_the_prompt(workdir):
@@ -63,6 +63,17 @@ def test_sample_with_a_broken_or_mismatched_meta_is_one_line_error(workdir, tmp_
 
 def test_ctrl_c_is_one_line(workdir):
     assert_interrupted(interrupted_at("torch", "load", "sample.py", "--out_dir=out_full", cwd=workdir))
+
+
+@pytest.mark.parametrize("error", [  # a CPU's, and the same on CUDA
+    "RuntimeError('[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can\\'t allocate memory: you "
+    "tried to allocate 1099511627776 bytes. Error code 12 (Cannot allocate memory)')",
+    "torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 1024.00 GiB. GPU 0 has a total capacity of 79.1 "
+    "GiB of which 70.2 GiB is free.')"])
+def test_out_of_memory_is_one_line_naming_the_settings_to_lower(workdir, error):
+    result = raising_at("torch.nn.functional", "scaled_dot_product_attention", error, "sample.py",
+                        "--out_dir=out_full", "--num_samples=1000000", "--device=cpu", cwd=workdir)
+    assert_one_line_error(result, "out of memory (", "allocate", "lower --num_samples or --max_new_tokens")
 
 
 def test_a_tiny_temperature_samples_the_greedy_tokens_instead_of_overflowing(workdir):

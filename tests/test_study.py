@@ -531,11 +531,13 @@ def test_a_second_study_on_the_same_results_folder_is_refused_saying_who_holds_i
     holder.communicate("")
 
 
-def test_ctrl_c_stops_the_study_keeps_what_ran_and_says_how_to_go_on(tmp_path):
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM", "SIGHUP"])  # Ctrl-C; Colab, docker, Kubernetes; a hang-up
+def test_ctrl_c_or_a_stop_signal_stops_the_study_and_its_runs_keeps_what_ran_and_says_how_to_go_on(tmp_path, stop):
     fifo = tmp_path / "started"
     os.mkfifo(fifo)
     child = f"import signal; open({str(fifo)!r}, 'w').write('started\\n'); signal.pause()"
-    code = ("import subprocess, sys\nfrom lab import study\n"
+    code = ("import subprocess, sys\nfrom lab import study\nfrom configurator import on_ctrl_c\n"
+            "on_ctrl_c('the runs finished so far are kept')\n"  # as `python -m lab.study` starts
             "real = subprocess.Popen\n"
             f"study.subprocess.Popen = lambda cmd, **kw: real([sys.executable, '-c', {child!r}], **kw)\n"
             f"study.run_all('gpt2', {str(tmp_path)!r}, [('baseline', seed) for seed in range(5)], 10, 2)\n")
@@ -544,7 +546,7 @@ def test_ctrl_c_stops_the_study_keeps_what_ran_and_says_how_to_go_on(tmp_path):
     while started < 2:  # train.py's stand-ins, two at a time, say they started: no waiting on a clock
         with open(fifo) as f:
             started += f.read().count("started")
-    process.send_signal(signal.SIGINT)
+    process.send_signal(getattr(signal, stop))  # to the study alone: it passes the stop on to its runs
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130 and "Traceback" not in stderr, stderr
     assert_interrupted(subprocess.CompletedProcess([], 130, "", stderr), "2 cut short keep their last checkpoint",

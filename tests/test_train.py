@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import (ENV, ROOT, TINY, assert_interrupted, assert_one_line_error, copy_run, fill, interrupted_at, log,
-                      run, train)
+from conftest import (ENV, ROOT, TINY, assert_interrupted, assert_one_line_error, copy_run, fill, interrupted_at,
+                      killed_write, log, raising_at, run, train)
 
 
 
@@ -86,6 +86,23 @@ def test_two_process_ddp_logs_the_losses_of_one_process_with_the_same_global_bat
     np.testing.assert_allclose(np.array(ddp, dtype=float), np.array(single, dtype=float), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                    reason="torch.distributed with the gloo backend is not available in this torch build")
+def test_ddp_stop_on_rank_0_ends_every_process_with_its_one_line(workdir, tmp_path):
+    out = copy_run(workdir, tmp_path)
+    before = (out / "ckpt.pt").read_bytes()
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             os.path.join(ROOT, "train.py"), *TINY, "--out_dir=out", "--init_from=resume",
+                             "--max_iters=10", "--learning_rate=1e30", "--log_interval=1000"],  # at rank 0's eval
+                            cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    # one line from the processes, no traceback of theirs; torchrun itself then reports their exit status 1
+    assert [line[:18] for line in result.stderr.splitlines() if line.startswith(("error", "interrupted"))] == [
+        "error: non-finite "], result.stderr
+    assert 'train.py", line' not in result.stderr and "Connection closed" not in result.stderr, result.stderr
+    assert (out / "ckpt.pt").read_bytes() == before
+
+
 def test_each_dataset_has_its_own_default_out_dir(workdir):
     run("train.py", *TINY, "--max_iters=0", cwd=workdir)
     assert os.path.exists(workdir / "out-tiny" / "ckpt.pt")
@@ -135,7 +152,8 @@ def test_float16_run_resumed_with_its_scaler_logs_exactly_the_losses_of_an_unint
     train(workdir, "out_fp16_resumed", "--dtype=float16", "--max_iters=4")
     scaler = torch.load(workdir / "out_fp16_resumed" / "ckpt.pt")["scaler"]
     assert scaler["scale"] == 65536.0 and scaler["_growth_tracker"] == 4  # 4 good steps: the scaler's own count
-    result = train(workdir, "out_fp16_resumed", "--dtype=float16", "--init_from=resume", "--max_iters=6")
+    # the checkpoint's dtype, not the default's (float32 here): exactly the run it was
+    result = run("train.py", "--out_dir=out_fp16_resumed", "--init_from=resume", "--max_iters=6", cwd=workdir)
     assert "float16 autocast on the CPU is slow" in result.stdout
     assert losses(log(workdir, "out_fp16_resumed")) == losses(log(workdir, "out_fp16_full"))
 
@@ -154,6 +172,22 @@ def test_float16_steps_the_scaler_skips_are_logged_not_taken_for_divergence(work
     assert "(float16 grad scale 68719476736)" in result.stdout  # the scale of each step is in its line
 
 
+def test_resume_keeps_the_device_and_dtype_of_its_checkpoint_unless_told_and_then_says_so(workdir, tmp_path):
+    copy_run(workdir, tmp_path)  # trained with --device=cpu, in float32
+    argv = [os.path.join(ROOT, "train.py"), "--out_dir=out", "--init_from=resume", "--max_iters=8"]
+    on_a_cuda_machine = (  # as an A100 looks to --device=auto and --dtype=auto: cuda, bfloat16
+        "import runpy, sys, torch; torch.cuda.is_available = lambda: True; torch.cuda.device_count = lambda: 1; "
+        f"torch.cuda.get_device_capability = lambda *args: (8, 0); sys.argv = {argv!r}; "
+        "runpy.run_path(sys.argv[0], run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", on_a_cuda_machine], cwd=tmp_path, env=ENV, capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stderr
+    assert "(1 process, cpu, float32); resuming at iteration 6" in result.stdout and "note:" not in result.stdout
+    assert [r["iter"] for r in log(tmp_path, "out")][-1] == 8
+    result = train(tmp_path, "out", "--init_from=resume", "--max_iters=10", "--dtype=bfloat16")
+    assert "note: resuming with dtype='bfloat16', not the checkpoint's dtype='float32'" in result.stdout
+
+
 @pytest.mark.parametrize("variant", ["baseline", "encdec", "parallel"])
 def test_compiled_training_logs_the_losses_of_eager_training(workdir, variant):
     for mode in ("eager", "compiled"):
@@ -162,6 +196,44 @@ def test_compiled_training_logs_the_losses_of_eager_training(workdir, variant):
     compiled, eager = losses(log(workdir, f"out_{variant}_compiled")), losses(log(workdir, f"out_{variant}_eager"))
     # the compiler fuses and reorders float32 arithmetic: the same losses to 1e-4, not to the bit
     np.testing.assert_allclose(np.array(compiled, dtype=float), np.array(eager, dtype=float), rtol=1e-4)
+
+# -----------------------------------------------------------------------------
+# the machine: no C++ compiler, too little memory, Windows (no fcntl, no load average, a console's code page)
+
+
+def test_compile_without_a_cpp_compiler_is_one_line_and_leaves_no_empty_out_dir(workdir, tmp_path):
+    # a cache of its own: a kernel compiled by another test would need no compiler
+    env = {"CXX": "/nonexistent/g++", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    result = train(workdir, "out_no_cxx/run", "--max_iters=2", "--compile=True", check=False, env=env)
+    assert_one_line_error(result, "torch.compile could not build the model", "--compile=False",
+                          "install a C++ compiler", "no checkpoint was saved yet")
+    assert not os.path.exists(workdir / "out_no_cxx")
+
+
+@pytest.mark.parametrize("error", [  # a CPU's, and the same on CUDA
+    "RuntimeError('[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can\\'t allocate memory: you "
+    "tried to allocate 1099511627776 bytes. Error code 12 (Cannot allocate memory)')",
+    "torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 1024.00 GiB. GPU 0 has a total capacity of 79.1 "
+    "GiB of which 70.2 GiB is free.')"])
+def test_out_of_memory_is_one_line_naming_the_settings_to_lower(workdir, tmp_path, error):
+    copy_run(workdir, tmp_path)
+    result = raising_at("torch.nn.functional", "scaled_dot_product_attention", error, "train.py", *TINY,
+                        "--out_dir=out", "--init_from=resume", "--max_iters=8", cwd=tmp_path)
+    assert_one_line_error(result, "out of memory (", "allocate", "lower --batch_size", "--context_size",
+                          "the last checkpoint is out/ckpt.pt (iteration 6)", "--init_from=resume` and that setting")
+
+
+def test_train_and_sample_run_without_fcntl_or_load_average_on_a_console_that_cannot_show_their_text(workdir, tmp_path):
+    shim = tmp_path / "windows"  # what Windows lacks, taken away at every start
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text("import os, sys\nsys.modules['fcntl'] = None\ndel os.getloadavg\n")
+    env = {"PYTHONPATH": f"{shim}{os.pathsep}{ROOT}", "PYTHONIOENCODING": "ascii"}  # a code page without é
+    result = train(workdir, "out-café", "--max_iters=2", env=env)
+    assert "warning: out-caf\\xe9 cannot be locked (this system has no fcntl locks)" in result.stdout
+    assert "checkpoint and log in out-caf\\xe9/" in result.stdout
+    result = run("sample.py", "--out_dir=out-café", "--start=café", "--num_samples=1", "--max_new_tokens=20",
+                 "--device=cpu", cwd=workdir, env=env)
+    assert result.stdout.startswith("caf\\xe9")
 
 # -----------------------------------------------------------------------------
 # Weights & Biases, optional
@@ -182,8 +254,56 @@ def test_wandb_log_without_the_package_is_one_line_error(workdir, tmp_path):
     (hidden / "__init__.py").write_text("raise ImportError('hidden for this test')\n")
     result = train(workdir, "out_no_wandb", "--max_iters=2", "--wandb_log=True", check=False,
                    env={"PYTHONPATH": f"{hidden.parent}{os.pathsep}{ROOT}"})
-    assert_one_line_error(result, "wandb_log=True", "pip install wandb")
+    # the fix that also works on a resume, where the checkpoint says wandb_log=True
+    assert_one_line_error(result, "wandb_log=True", "pip install wandb", "--wandb_log=False")
     assert not os.path.exists(workdir / "out_no_wandb" / "ckpt.pt")
+
+
+@pytest.fixture
+def fake_wandb(tmp_path):
+    """A stand-in `wandb` package first on the path: it records its calls in tmp_path/wandb_calls.jsonl, and its init
+    raises what FAKE_WANDB_ERROR says, as the real one does without an API key or a network. Returns (env, calls)."""
+    package = tmp_path / "fake" / "wandb"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        "import json, os\n"
+        "def record(*call):\n"
+        "    with open(os.environ['FAKE_WANDB_CALLS'], 'a') as f:\n"
+        "        f.write(json.dumps(call) + '\\n')\n"
+        "class UsageError(Exception):\n    pass\n"
+        "class Config:\n    def update(self, settings, allow_val_change=False):\n        record('config', settings)\n"
+        "class Run:\n    def __init__(self, id):\n        self.id, self.config = id, Config()\n"
+        "def init(**kwargs):\n"
+        "    if os.environ.get('FAKE_WANDB_ERROR'):\n        raise UsageError(os.environ['FAKE_WANDB_ERROR'])\n"
+        "    record('init', kwargs)\n    return Run(kwargs.get('id') or 'run-%d' % os.getpid())\n"
+        "def log(values, step):\n    record('log', step)\n")
+    calls_path = tmp_path / "wandb_calls.jsonl"
+    env = {"PYTHONPATH": f"{package.parent}{os.pathsep}{ROOT}", "FAKE_WANDB_CALLS": str(calls_path)}
+    return env, lambda: [json.loads(line) for line in open(calls_path)] if calls_path.exists() else []
+
+
+def test_wandb_starts_after_every_check_and_a_resume_goes_on_in_the_same_wandb_run(workdir, fake_wandb):
+    env, calls = fake_wandb
+    result = train(workdir, "out_wandb_err", "--wandb_log=True", "--dataset=nowhere", check=False, env=env)
+    assert_one_line_error(result, "dataset 'nowhere' not found")
+    assert calls() == []  # no W&B run for a run that never started
+    train(workdir, "out_wandb_resumed", "--max_iters=2", "--wandb_log=True", env=env)
+    [(_, first)] = [call for call in calls() if call[0] == "init"]
+    assert first["id"] is None and first["name"] == "out_wandb_resumed"
+    run("train.py", "--out_dir=out_wandb_resumed", "--init_from=resume", "--max_iters=4", cwd=workdir, env=env)
+    inits = [kwargs for kind, kwargs in calls() if kind == "init"]
+    run_id = torch.load(workdir / "out_wandb_resumed" / "ckpt.pt")["wandb_run_id"]
+    assert run_id.startswith("run-") and inits[1]["id"] == run_id and inits[1]["resume"] == "allow"
+    assert [step for kind, step in calls() if kind == "log"] == [0, 2, 4]
+
+
+def test_wandb_that_cannot_start_is_one_line_naming_the_fixes_and_leaves_nothing(workdir, fake_wandb):
+    env, _ = fake_wandb
+    error = "api_key not configured (no-tty). call wandb.login(key=[your_api_key])"
+    result = train(workdir, "out_wandb_no_key", "--wandb_log=True", check=False, env={**env, "FAKE_WANDB_ERROR": error})
+    assert_one_line_error(result, f"W&B could not start (UsageError: {error})", "`wandb login`",
+                          "WANDB_MODE=offline", "--wandb_log=False")
+    assert not os.path.exists(workdir / "out_wandb_no_key")
 
 # -----------------------------------------------------------------------------
 # a new run in an existing folder
@@ -309,12 +429,15 @@ def test_full_disk_while_saving_is_one_line_and_keeps_the_previous_checkpoint(wo
     assert sorted(os.listdir(out)) == ["ckpt.pt", "log.jsonl"]
 
 
-def test_stale_temporary_files_of_an_interrupted_write_are_removed_at_the_next_start(workdir, tmp_path):
+def test_only_the_temporary_files_of_a_killed_write_are_removed_at_the_next_start(workdir, tmp_path):
     out = copy_run(workdir, tmp_path)
-    (out / "ckpt.pt.tmp").write_bytes(b"half a checkpoint")
+    left = killed_write(out / "ckpt.pt")
+    for name in ("notes.tmp", "ckpt.pt.tmp", "draft.partial"):  # the user's files
+        (out / name).write_text("mine")
     result = train(tmp_path, "out", "--init_from=resume", "--max_iters=8")
-    assert f"removed out{os.sep}ckpt.pt.tmp, left by an interrupted write" in result.stdout
-    assert not (out / "ckpt.pt.tmp").exists() and [r["iter"] for r in log(tmp_path, "out")][-1] == 8
+    assert f"removed out{os.sep}{left}, left by an interrupted write" in result.stdout
+    assert not (out / left).exists() and [r["iter"] for r in log(tmp_path, "out")][-1] == 8
+    assert all((out / name).read_text() == "mine" for name in ("notes.tmp", "ckpt.pt.tmp", "draft.partial"))
 
 
 def test_a_second_process_in_the_same_out_dir_is_refused_saying_who_holds_it_until_the_first_dies(workdir):
@@ -333,13 +456,21 @@ def test_a_second_process_in_the_same_out_dir_is_refused_saying_who_holds_it_unt
     train(workdir, "out_held", "--init_from=resume", "--max_iters=1002")
 
 
-@pytest.mark.parametrize("where, fragment", [("a_file", "is a file"), ("a_file/run", "lies under a file"),
-                                             ("read_only/run", "not writable")])
-def test_an_out_dir_that_cannot_be_written_is_one_line_error_before_training(workdir, small_disk, where, fragment):
+@pytest.mark.parametrize("where, fragment", [
+    ("a_file", "is a file"), ("a_file/run", "lies under a file"), ("read_only/run", "not writable"),
+    ("broken_link", "broken_link is a broken link, to nowhere, which does not exist"),
+    ("broken_link/run", "broken_link is a broken link, to nowhere,"),
+    ("out-\udcff", r"'out-\udcff' is not a UTF-8 name")])  # the bytes b"out-\xff" of a Linux file name
+def test_an_out_dir_that_cannot_be_written_is_one_line_error_before_anything_is_made(workdir, small_disk, where,
+                                                                                    fragment):
     (workdir / "a_file").write_text("")
+    if not os.path.lexists(workdir / "broken_link"):
+        os.symlink("nowhere", workdir / "broken_link")
     if where.startswith("read_only"):
         where = str(small_disk("read_only", 64, read_only=True) / "run")
+    before = sorted(os.listdir(workdir))
     assert_one_line_error(train(workdir, where, "--max_iters=2", check=False), fragment)
+    assert sorted(os.listdir(workdir)) == before
 
 
 def test_min_lr_above_learning_rate_is_one_line_error(workdir):
@@ -356,21 +487,22 @@ def test_resume_on_text_prepared_again_is_refused(workdir, tmp_path):
     assert_one_line_error(result, "data/tiny was prepared again", "its text", "prepare_wikipedia.py")
 
 
-def test_ctrl_c_says_where_the_last_checkpoint_is(workdir):
-    process = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *TINY, "--out_dir=out_interrupted",
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM", "SIGHUP"])  # Ctrl-C; Colab, docker, Kubernetes; a hang-up
+def test_ctrl_c_or_a_stop_signal_says_where_the_last_checkpoint_is(workdir, stop):
+    process = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *TINY, f"--out_dir=out_{stop}",
                                 "--max_iters=1000000", "--eval_interval=1000"], cwd=workdir,
                                env={**ENV, "PYTHONUNBUFFERED": "1"},
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in process.stdout:  # iteration lines come after eval 0 has saved its checkpoint
         if line.startswith("iter "):
             break
-    process.send_signal(signal.SIGINT)
+    process.send_signal(getattr(signal, stop))
     _, stderr = process.communicate(timeout=60)
     assert process.returncode != 0
     assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
-    assert "interrupted at iteration" in stderr and "out_interrupted/ckpt.pt (iteration 0)" in stderr
-    assert "--out_dir=out_interrupted --init_from=resume" in stderr
-    assert sorted(os.listdir(workdir / "out_interrupted")) == ["ckpt.pt", "log.jsonl"]
+    assert "interrupted at iteration" in stderr and f"out_{stop}/ckpt.pt (iteration 0)" in stderr
+    assert f"--out_dir=out_{stop} --init_from=resume" in stderr
+    assert sorted(os.listdir(workdir / f"out_{stop}")) == ["ckpt.pt", "log.jsonl"]
 
 
 def test_ctrl_c_in_the_first_seconds_is_one_line_too(workdir):
