@@ -335,15 +335,19 @@ class Transformer(nn.Module):
         return self.hidden_states(idx, cache)[0][:, -1, :] @ lm_head_t
 
     @torch.inference_mode()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, compile=False):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, compile=False, top_p=None,
+                 stop_token=None):
         """Append max_new_tokens sampled tokens to idx (B, T). With use_cache, every attention module writes its
         keys / values into a buffer preallocated for the whole context, so each step runs only the new token; past
         context_size the window slides and a new cache is filled from it, because absolute positions shift.
-        compile: the one-token step, of fixed shapes, runs as one graph of torch.compile(fullgraph=True)."""
+        compile: the one-token step, of fixed shapes, runs as one graph of torch.compile(fullgraph=True).
+        top_p: sample from the fewest most likely tokens whose probabilities add up to top_p (nucleus sampling).
+        stop_token: a sequence that draws it draws only it from then on; all have: the generation stops early."""
         ctx, filled = self.config.context_size, 0  # filled: positions in the cache, counted here, not on the device
         one_token_step = self.decode_step if not compile else self.__dict__.setdefault(
             "compiled_step", torch.compile(self.decode_step, fullgraph=True))  # compiled at its first call, once
         lm_head_t = self.lm_head.weight.T.contiguous()  # (C, vocab): one row's logits come ~4x faster on a CPU
+        done = None  # (B, 1): which sequences drew stop_token
         for _ in range(max_new_tokens):
             if use_cache and 0 < filled < ctx:
                 # only the newest token: idx_next, not a view of idx, whose strides change at each step (a recompile)
@@ -355,9 +359,17 @@ class Transformer(nn.Module):
             if top_k not in (None, 1):
                 v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
                 logits[logits < v[:, [-1]]] = -float("inf")
+            if top_p is not None and top_k != 1:  # drop each token whose more likely ones already add up to top_p
+                p, order = F.softmax(logits, -1).sort(-1, descending=True)
+                logits.scatter_(-1, order, logits.gather(-1, order).masked_fill(p.cumsum(-1) - p >= top_p, -math.inf))
             # greedy (top_k=1): the most likely token, without drawing from 50k probabilities
             idx_next = logits.argmax(-1, keepdim=True) if top_k == 1 else torch.multinomial(F.softmax(logits, -1), 1)
+            if stop_token is not None:  # a sequence that drew the stop token repeats it; once all have, stop
+                done = (idx_next == stop_token) if done is None else done | (idx_next == stop_token)
+                idx_next = idx_next.masked_fill(done, stop_token)
             idx = torch.cat((idx, idx_next), dim=1)
+            if done is not None and bool(done.all()):
+                break
         return idx
 
 
