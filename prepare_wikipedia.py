@@ -11,11 +11,14 @@ reads local UTF-8 .txt files (WikiText style is split into articles at
 downloads WikiText-103's train split (raw text, 314 MB of Parquet from the Hugging
 Face hub, checked and resumable) and takes whole articles from it in a random order
 until val.bin and train.bin hold the write-up's token counts (or --val_tokens and
---train_tokens).
+--train_tokens). Offline, --input with --wikitext2 or --wikitext103 gives your copies
+of their files instead of the download, checked the same way: the same dataset.
 
     python prepare_wikipedia.py --num_articles 5000
     python prepare_wikipedia.py --wikitext103    # -> data/wikitext103/: 38.3M train, 4.34M val GPT-2 tokens
+    python prepare_wikipedia.py --wikitext103 --input PATH/   # the same, offline: a folder with its Parquet files
     python prepare_wikipedia.py --wikitext2 --tokenizer byte    # -> data/wikitext2_valid_byte/
+    python prepare_wikipedia.py --wikitext2 --tokenizer byte --input PATH/valid.txt   # the same, offline
     python prepare_wikipedia.py --input my_texts/ --name mine
 
 The tokenizers and the files' format are in data.py.
@@ -370,6 +373,11 @@ def download(url, path, kind, checksum, retry_delay, url_option="--wikitext2_url
     os.replace(part, path)
 
 
+def wikitext2_names(split):
+    """The file names of a WikiText-2 split (valid, train, test) or of all three."""
+    return [WIKITEXT2_FILES[s][0] for s in (WIKITEXT2_FILES if split == "all" else [split])]
+
+
 def wikitext2_files(split, url, folder, retry_delay):
     """The paths of the WikiText-2 files of `split` (valid, train, test or all), downloaded into
     folder when absent and checked."""
@@ -381,9 +389,40 @@ def wikitext2_files(split, url, folder, retry_delay):
             print(f"{path} does not have the expected {kind}: downloading it again", flush=True)
             os.remove(path)
         if not os.path.exists(path):
-            download(url.rstrip("/") + "/" + name, path, kind, checksum, retry_delay)
+            download(url.rstrip("/") + "/" + name, path, kind, checksum, retry_delay,
+                     offline=f"Offline, give your copy of it: the same command with --input PATH/{name}")
         paths.append(path)
     return paths
+
+
+def local_copies(paths, files, what):
+    """{name: path} of the local copies of `files` ({name: (checksum kind, checksum)}) given with --input instead of
+    downloading them: files, known by their checksum whatever their name, or folders holding them under their names.
+    Each is checked as a download is; one line names a given file that is none of them, or one that is missing."""
+    found = {}
+    for path in paths:
+        if os.path.isdir(path):
+            for name, (kind, checksum) in files.items():
+                if name not in found and os.path.isfile(os.path.join(path, name)):
+                    candidate = os.path.join(path, name)
+                    if file_checksum(candidate, kind) != checksum:
+                        fail(f"{candidate} is not {what}'s {name}: its {kind} is not {checksum} (another revision, "
+                             f"an edited copy, or Windows line endings?); give the file as it was published")
+                    found[name] = candidate
+            continue
+        if not os.path.isfile(path):
+            fail(f"--input path not found: {path}")
+        match = [name for name, (kind, checksum) in files.items() if file_checksum(path, kind) == checksum]
+        if not match:
+            fail(f"{path} is not {what}'s {' or '.join(files)}: its checksum is none of theirs (another revision, an "
+                 f"edited copy, or Windows line endings?); give the file as it was published, or prepare your text "
+                 f"under a name of its own: --input {path} --name=NAME")
+        found.setdefault(match[0], path)
+    missing = [name for name in files if name not in found]
+    if missing:
+        fail(f"--input gives no copy of {what}'s {' and '.join(missing)}; add {'them' if len(missing) > 1 else 'it'} "
+             f"(a folder holding {'them' if len(missing) > 1 else 'it'} will do)")
+    return {name: found[name] for name in files}
 
 # -----------------------------------------------------------------------------
 # WikiText-103's train split, from the Hugging Face hub: articles until the token counts asked for
@@ -464,7 +503,9 @@ def main(argv=None):
     parser.add_argument("--api_url", default=None, help="MediaWiki API URL (default: from --lang)")
     parser.add_argument("--min_chars", type=int, default=500, help="skip articles shorter than this")
     parser.add_argument("--retry_delay", type=float, default=1.0, help="first backoff delay in seconds")
-    parser.add_argument("--input", nargs="+", metavar="PATH", help="local .txt / folder / .jsonl instead of the API")
+    parser.add_argument("--input", nargs="+", metavar="PATH",
+                        help="local .txt / folder / .jsonl instead of the API; with --wikitext2 or --wikitext103: "
+                             "your copies of their files (or a folder holding them), checked, instead of downloading")
     parser.add_argument("--wikitext2", nargs="?", const="valid", choices=[*WIKITEXT2_FILES, "all"],
                         help="download WikiText-2's valid (default), train or test text, or all three, "
                              "into <out_dir>/wikitext-2/ and prepare it as --input would")
@@ -493,14 +534,12 @@ def main(argv=None):
                         help="dataset folder name (default: wikipedia, wikipedia_<lang>, wikitext2_<split>_<tokenizer> "
                              "or wikitext103[_<train>-<val>][_byte], + c with --compact_vocab)")
     args = parser.parse_args(argv)
-    if args.input and args.wikitext2:
-        fail("give --input or --wikitext2, not both")
     if args.wikitext2_val and not args.wikitext2:
         fail("--wikitext2_val names the val split of a --wikitext2 dataset; add --wikitext2=valid (or train)")
     if args.val_input and not (args.input or args.wikitext2) or args.val_input and args.wikitext2_val:
         fail("--val_input gives the val text of an --input or --wikitext2 dataset (not with --wikitext2_val)")
-    if args.wikitext103 and (args.input or args.wikitext2 or args.val_input):
-        fail("--wikitext103 is a dataset of its own; leave out --input, --wikitext2 and --val_input")
+    if args.wikitext103 and (args.wikitext2 or args.val_input):
+        fail("--wikitext103 is a dataset of its own; leave out --wikitext2 and --val_input")
     if not args.wikitext103 and (args.train_tokens, args.val_tokens) != tuple(WRITE_UP_TOKENS.values()):
         fail("--train_tokens and --val_tokens size a --wikitext103 dataset; add --wikitext103")
     if args.train_tokens < 1 or args.val_tokens < 1:
@@ -522,7 +561,14 @@ def main(argv=None):
                          "wikipedia" if args.lang == "en" else f"wikipedia_{args.lang}")
     if not re.fullmatch(r"[\w.-]+", name) or name in (".", ".."):
         fail(f"--name={name} is not a folder name; use letters, digits, '_', '-' and '.', e.g. --name=mytext")
-    if args.wikitext2:  # from here on exactly as --input (and --val_input) with the downloaded files
+    if args.wikitext2 and args.input:  # the user's copies, checked: the dataset a download would give, offline
+        wanted = wikitext2_names(args.wikitext2) + (wikitext2_names(args.wikitext2_val) if args.wikitext2_val else [])
+        found = local_copies(args.input, {name: (kind, checksum) for name, kind, checksum in WIKITEXT2_FILES.values()
+                                          if name in wanted}, "WikiText-2")
+        args.input = [found[name] for name in wikitext2_names(args.wikitext2)]
+        if args.wikitext2_val:
+            args.val_input = [found[name] for name in wikitext2_names(args.wikitext2_val)]
+    elif args.wikitext2:  # from here on exactly as --input (and --val_input) with the downloaded files
         folder = os.path.join(args.out_dir, "wikitext-2")
         args.input = wikitext2_files(args.wikitext2, args.wikitext2_url, folder, args.retry_delay)
         if args.wikitext2_val:
@@ -533,7 +579,9 @@ def main(argv=None):
     t0 = time.time()
 
     if args.wikitext103:
-        paths = wikitext103_files(args.wikitext103_url, os.path.join(args.out_dir, "wikitext-103"), args.retry_delay)
+        paths = (list(local_copies(args.input, {name: ("sha256", sha) for name, sha in WIKITEXT103_FILES.items()},
+                                   "WikiText-103").values()) if args.input else
+                 wikitext103_files(args.wikitext103_url, os.path.join(args.out_dir, "wikitext-103"), args.retry_delay))
         articles = wikitext103_articles(paths, tokens, args.seed, args.min_chars, encode, eot_token)
         source = (f"WikiText-103 (raw) train split, {args.wikitext103_url}: whole articles in a random order (seed "
                   f"{args.seed}), val until {args.val_tokens:,} tokens, then train until {args.train_tokens:,}")

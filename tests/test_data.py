@@ -111,6 +111,20 @@ def test_prepare_command_of_a_wikitext103_dataset_builds_that_dataset(wikitext10
     assert sorted(os.listdir(tmp_path / dataset)) == ["meta.json", "train.bin", "val.bin"]
     assert data.prepare_command("wikitext103") == "python prepare_wikipedia.py --wikitext103"  # the write-up's size
 
+@pytest.mark.parametrize("dataset", ["wikitext2_valid_gpt2c", "wikitext2_valid-test_gpt2c", "wikitext2_all_byte"])
+def test_offline_prepare_command_builds_from_local_copies_the_dataset_the_download_builds(wikitext2_host, tmp_path,
+                                                                                         dataset):
+    copies = tmp_path / "copies"
+    copies.mkdir()
+    for name, body in wikitext2_host.files.items():
+        (copies / name).write_bytes(body)
+    offline = data.prepare_command(dataset, offline=True).replace("PATH", str(copies)).split()
+    prepare_wikitext2(wikitext2_host, tmp_path / "offline", *offline[2:])
+    assert wikitext2_host.ranges == []  # nothing downloaded
+    prepare_wikitext2(wikitext2_host, tmp_path / "online", *data.prepare_command(dataset).split()[2:])
+    for f in ("train.bin", "val.bin"):
+        assert (tmp_path / "offline" / dataset / f).read_bytes() == (tmp_path / "online" / dataset / f).read_bytes()
+
 # -----------------------------------------------------------------------------
 # check_dataset: a missing or broken dataset is refused when train.py starts, naming the command that rebuilds it
 
@@ -128,6 +142,11 @@ def test_missing_dataset_hint_prepares_the_tokens_the_config_needs(workdir):
     assert_one_line_error(result, "python prepare_wikipedia.py --input PATH --name=nope`")  # GPT-2 tokens, the default
     result = run("train.py", "--dataset=wikitext2_valid_byte", "--vocab_size=256", cwd=workdir, check=False)
     assert_one_line_error(result, "python prepare_wikipedia.py --wikitext2=valid --tokenizer=byte")
+    result = run("train.py", os.path.join(ROOT, "config", "cpu_gpt2_baseline.py"), cwd=workdir, check=False)
+    assert_one_line_error(result, "data/wikitext2_valid_gpt2c", "`python prepare_wikipedia.py --wikitext2=valid "
+                          "--tokenizer=gpt2 --compact_vocab` (it downloads; offline, from your copy of the files: "
+                          "`python prepare_wikipedia.py --wikitext2=valid --tokenizer=gpt2 --compact_vocab --input "
+                          "PATH/valid.txt`)")
 
 
 def break_val_ids(folder):
