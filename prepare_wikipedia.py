@@ -23,7 +23,6 @@ of their files instead of the download, checked the same way: the same dataset.
 
 The tokenizers and the files' format are in data.py.
 """
-import argparse
 import hashlib
 import json
 import os
@@ -35,7 +34,7 @@ import numpy as np
 import requests
 import urllib3
 
-from configurator import fail, on_ctrl_c
+from configurator import add_flag, argument_parser, fail, on_ctrl_c
 from data import get_tokenizer, make_folder, remove_stale_temporaries, split_wikitext, write_atomic
 
 # Wikimedia asks API clients for a User-Agent naming the tool, its purpose and a contact
@@ -497,7 +496,7 @@ def wikitext103_articles(paths, tokens, seed, min_chars, encode, eot_token):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, "python prepare_wikipedia.py")
     parser.add_argument("--num_articles", type=int, default=5000, help="articles to fetch from Wikipedia")
     parser.add_argument("--lang", default="en", help="Wikipedia language code, e.g. en, de, fr")
     parser.add_argument("--api_url", default=None, help="MediaWiki API URL (default: from --lang)")
@@ -515,21 +514,20 @@ def main(argv=None):
     parser.add_argument("--val_input", nargs="+", metavar="PATH",
                         help="local text for val.bin alone; every article of --input then goes to train.bin")
     parser.add_argument("--wikitext2_url", default=WIKITEXT2_URL, help="where the WikiText-2 .txt files are")
-    parser.add_argument("--wikitext103", action="store_true",
-                        help="download WikiText-103's train split (raw; 314 MB of Parquet, pyarrow reads it) into "
-                             "<out_dir>/wikitext-103/ and take whole articles in a random order (--seed) until val "
-                             "and train hold --val_tokens and --train_tokens tokens")
+    add_flag(parser, "--wikitext103", "download WikiText-103's train split (raw; 314 MB of Parquet, pyarrow reads it) "
+                                      "into <out_dir>/wikitext-103/ and take whole articles in a random order (--seed) "
+                                      "until val and train hold --val_tokens and --train_tokens tokens")
     parser.add_argument("--train_tokens", type=int, default=WRITE_UP_TOKENS["train"],
                         help="with --wikitext103: tokens of train.bin (default: the write-up's %(default)s)")
     parser.add_argument("--val_tokens", type=int, default=WRITE_UP_TOKENS["val"],
                         help="with --wikitext103: tokens of val.bin (default: the write-up's %(default)s)")
     parser.add_argument("--wikitext103_url", default=WIKITEXT103_URL, help="where WikiText-103's Parquet files are")
     parser.add_argument("--tokenizer", default="gpt2", help="gpt2 (GPT-2 BPE) or byte (UTF-8 bytes)")
-    parser.add_argument("--compact_vocab", action="store_true",
-                        help="renumber the token ids that occur (plus end-of-text) densely: a smaller output layer")
+    add_flag(parser, "--compact_vocab",
+             "renumber the token ids that occur (plus end-of-text) densely: a smaller output layer")
     parser.add_argument("--val_fraction", type=float, default=0.05, help="fraction of articles for val.bin")
     parser.add_argument("--seed", type=int, default=1337, help="seed of the train/val split")
-    parser.add_argument("--out_dir", default="data")
+    parser.add_argument("--out_dir", default="data", help="the folder of the datasets (and of the downloads)")
     parser.add_argument("--name", default=None,
                         help="dataset folder name (default: wikipedia, wikipedia_<lang>, wikitext2_<split>_<tokenizer> "
                              "or wikitext103[_<train>-<val>][_byte], + c with --compact_vocab)")

@@ -16,7 +16,6 @@ them), for evaluate.py and sample.py, and so that a run can be extended exactly 
 Runs with the same seed see the same batches, so each comparison is made seed by seed (paired).
 Any other --key=value goes to every train.py run, after the suite's settings: e.g. --device=cpu --n_layer=1.
 """
-import argparse
 import ast
 import json
 import math
@@ -34,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # also as `python lab/study.py`
-from configurator import fail, read_config
+from configurator import add_flag, argument_parser, fail, read_config, split_args
 from data import hold_folder, make_folder, note_holder, read_log
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: train.py, config/, data/
@@ -263,10 +262,10 @@ ASSUMED_MFU = 0.2
 def parse_overrides(args):
     """{key: value} of --key=value arguments, read as train.py reads them (a Python literal, else a string)."""
     out = {}
-    for arg in args:
-        key, has_value, text = arg[2:].partition("=")
-        if not arg.startswith("--") or not has_value or not key:
-            fail(f"'{arg}' is neither a study.py option nor a train.py setting --key=value; see python -m lab.study -h")
+    for key, text in split_args(args):  # train.py's grammar: --key=value, --key value, a bare --flag
+        if not key:
+            fail(f"'{text or '--'}' is neither a study.py option nor a train.py setting --key=value; "
+                 f"see python -m lab.study -h")
         try:
             out[key] = ast.literal_eval(text)
         except (ValueError, SyntaxError):
@@ -792,7 +791,7 @@ def summary(suite, results, max_iters=None, seeds=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, "python -m lab.study")
     parser.add_argument("--suite", default="gpt2", choices=sorted(SUITES), help="which study (default gpt2)")
     parser.add_argument("--results", default=None, help="folder of the logs (default lab/results/<suite>_study)")
     parser.add_argument("--max_iters", type=int, default=None, help="steps per run (default: the suite's)")
@@ -803,14 +802,15 @@ def main(argv=None):
                         help="a local copy of WikiText-2's valid.txt, instead of downloading it")
     parser.add_argument("--val_input", default=None, help="gpt2_heldout: a local copy of WikiText-2's test.txt "
                                                           "(default: test.txt beside --input)")
-    parser.add_argument("--summary", action="store_true", help="print the table of finished runs and stop")
-    parser.add_argument("--dry_run", action="store_true", help="print the plan and its cost, and stop")
+    add_flag(parser, "--summary", "print the table of finished runs and stop")
+    add_flag(parser, "--dry_run", "print the plan and its cost (the time of a few steps of each configuration, "
+                                  "measured here), and stop")
     parser.add_argument("--pick_lr", default=None, help="comma-separated learning rates: pick the gpt2_heldout "
                                                         "control's (see pick_lr) and stop")
-    parser.error = lambda message: fail(f"{message} (see python -m lab.study --help)")
     args, overrides = parser.parse_known_args(argv)
     args.input, args.val_input = (path and os.path.abspath(path) for path in (args.input, args.val_input))
-    parse_overrides(overrides)  # one line for anything that is not --key=value
+    parse_overrides(overrides)  # one line for anything that is not a setting
+    overrides = [f"--{key}={text}" for key, text in split_args(overrides)]  # --key value and --flag as --key=value
     suite = SUITES[args.suite]
     if args.jobs < 1:
         fail(f"--jobs={args.jobs} is not allowed; use 1 or more runs at a time")
