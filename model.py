@@ -305,11 +305,15 @@ class Transformer(nn.Module):
         return self.hidden_states(idx, cache)[0][:, -1, :] @ lm_head_t
 
     @torch.inference_mode()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, compile=False):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, compile=False, top_p=None,
+                 stop_token=None):
         """Append max_new_tokens tokens to idx (B, T), each drawn from the next token's logits given the last
-        context_size tokens; top_k=1: the most likely. use_cache, compile: faster (the KV cache, after the model)."""
+        context_size tokens; top_k=1: the most likely; top_p: from the fewest most likely tokens whose probabilities
+        add up to top_p (nucleus sampling). stop_token: a sequence that drew it repeats it, and once all have,
+        generation stops. use_cache, compile: faster (the KV cache, after the model)."""
         ctx, filled = self.config.context_size, 0  # filled: positions in the cache, counted here, not on the device
         one_token_step, lm_head_t = fast_decoding(self, compile)  # decode_step, compiled or not; lm_head.weight.T
+        done = None  # (B, 1): which sequences drew stop_token
         for _ in range(max_new_tokens):
             if use_cache and 0 < filled < ctx:  # only the newest token: the cache holds the others' keys / values
                 logits, filled = one_token_step(idx_next, cache, lm_head_t), filled + 1
@@ -320,9 +324,17 @@ class Transformer(nn.Module):
             if top_k not in (None, 1):
                 v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
                 logits[logits < v[:, [-1]]] = -float("inf")
+            if top_p is not None and top_k != 1:  # drop each token whose more likely ones already add up to top_p
+                p, order = F.softmax(logits, -1).sort(-1, descending=True)
+                logits.scatter_(-1, order, logits.gather(-1, order).masked_fill(p.cumsum(-1) - p >= top_p, -math.inf))
             # greedy (top_k=1): the most likely token, without drawing from 50k probabilities
             idx_next = logits.argmax(-1, keepdim=True) if top_k == 1 else torch.multinomial(F.softmax(logits, -1), 1)
+            if stop_token is not None:  # a sequence that drew the stop token repeats it; once all have, stop
+                done = (idx_next == stop_token) if done is None else done | (idx_next == stop_token)
+                idx_next = idx_next.masked_fill(done, stop_token)
             idx = torch.cat((idx, idx_next), dim=1)
+            if done is not None and bool(done.all()):
+                break
         return idx
 
     def keep_attention_weights(self, keep=True):

@@ -11,16 +11,18 @@ reads local UTF-8 .txt files (WikiText style is split into articles at
 downloads WikiText-103's train split (raw text, 314 MB of Parquet from the Hugging
 Face hub, checked and resumable) and takes whole articles from it in a random order
 until val.bin and train.bin hold the write-up's token counts (or --val_tokens and
---train_tokens).
+--train_tokens). Offline, --input with --wikitext2 or --wikitext103 gives your copies
+of their files instead of the download, checked the same way: the same dataset.
 
     python prepare_wikipedia.py --num_articles 5000
     python prepare_wikipedia.py --wikitext103    # -> data/wikitext103/: 38.3M train, 4.34M val GPT-2 tokens
+    python prepare_wikipedia.py --wikitext103 --input PATH/   # the same, offline: a folder with its Parquet files
     python prepare_wikipedia.py --wikitext2 --tokenizer byte    # -> data/wikitext2_valid_byte/
+    python prepare_wikipedia.py --wikitext2 --tokenizer byte --input PATH/valid.txt   # the same, offline
     python prepare_wikipedia.py --input my_texts/ --name mine
 
 The tokenizers and the files' format are in data.py.
 """
-import argparse
 import hashlib
 import json
 import os
@@ -32,7 +34,7 @@ import numpy as np
 import requests
 import urllib3
 
-from configurator import fail, on_ctrl_c
+from configurator import add_flag, argument_parser, fail, on_ctrl_c
 from data import (get_tokenizer, hold_folder, make_folder, note_holder, remove_stale_temporaries, split_wikitext,
                   write_atomic)
 
@@ -409,6 +411,11 @@ def checked(path, kind, checksum):
     return os.path.exists(path) and file_checksum(path, kind) == checksum
 
 
+def wikitext2_names(split):
+    """The file names of a WikiText-2 split (valid, train, test) or of all three."""
+    return [WIKITEXT2_FILES[s][0] for s in (WIKITEXT2_FILES if split == "all" else [split])]
+
+
 def wikitext2_files(split, url, folder, retry_delay):
     """The paths of the WikiText-2 files of `split` (valid, train, test or all), downloaded into
     folder when absent and checked."""
@@ -421,9 +428,40 @@ def wikitext2_files(split, url, folder, retry_delay):
             if os.path.exists(path) and not checked(path, kind, checksum):  # again: another process may have got it
                 set_aside(path, kind, checksum, f"WikiText-2's {name}")
             if not os.path.exists(path):
-                download(url.rstrip("/") + "/" + name, path, kind, checksum, retry_delay)
+                download(url.rstrip("/") + "/" + name, path, kind, checksum, retry_delay,
+                         offline=f"Offline, give your copy of it: the same command with --input PATH/{name}")
         paths.append(path)
     return paths
+
+
+def local_copies(paths, files, what):
+    """{name: path} of the local copies of `files` ({name: (checksum kind, checksum)}) given with --input instead of
+    downloading them: files, known by their checksum whatever their name, or folders holding them under their names.
+    Each is checked as a download is; one line names a given file that is none of them, or one that is missing."""
+    found = {}
+    for path in paths:
+        if os.path.isdir(path):
+            for name, (kind, checksum) in files.items():
+                if name not in found and os.path.isfile(os.path.join(path, name)):
+                    candidate = os.path.join(path, name)
+                    if file_checksum(candidate, kind) != checksum:
+                        fail(f"{candidate} is not {what}'s {name}: its {kind} is not {checksum} (another revision, "
+                             f"an edited copy, or Windows line endings?); give the file as it was published")
+                    found[name] = candidate
+            continue
+        if not os.path.isfile(path):
+            fail(f"--input path not found: {path}")
+        match = [name for name, (kind, checksum) in files.items() if file_checksum(path, kind) == checksum]
+        if not match:
+            fail(f"{path} is not {what}'s {' or '.join(files)}: its checksum is none of theirs (another revision, an "
+                 f"edited copy, or Windows line endings?); give the file as it was published, or prepare your text "
+                 f"under a name of its own: --input {path} --name=NAME")
+        found.setdefault(match[0], path)
+    missing = [name for name in files if name not in found]
+    if missing:
+        fail(f"--input gives no copy of {what}'s {' and '.join(missing)}; add {'them' if len(missing) > 1 else 'it'} "
+             f"(a folder holding {'them' if len(missing) > 1 else 'it'} will do)")
+    return {name: found[name] for name in files}
 
 # -----------------------------------------------------------------------------
 # WikiText-103's train split, from the Hugging Face hub: articles until the token counts asked for
@@ -503,13 +541,15 @@ def wikitext103_articles(paths, tokens, seed, min_chars, encode, eot_token):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, "python prepare_wikipedia.py")
     parser.add_argument("--num_articles", type=int, default=5000, help="articles to fetch from Wikipedia")
     parser.add_argument("--lang", default="en", help="Wikipedia language code, e.g. en, de, fr")
     parser.add_argument("--api_url", default=None, help="MediaWiki API URL (default: from --lang)")
     parser.add_argument("--min_chars", type=int, default=500, help="skip articles shorter than this")
     parser.add_argument("--retry_delay", type=float, default=1.0, help="first backoff delay in seconds")
-    parser.add_argument("--input", nargs="+", metavar="PATH", help="local .txt / folder / .jsonl instead of the API")
+    parser.add_argument("--input", nargs="+", metavar="PATH",
+                        help="local .txt / folder / .jsonl instead of the API; with --wikitext2 or --wikitext103: "
+                             "your copies of their files (or a folder holding them), checked, instead of downloading")
     parser.add_argument("--wikitext2", nargs="?", const="valid", choices=[*WIKITEXT2_FILES, "all"],
                         help="download WikiText-2's valid (default), train or test text, or all three, "
                              "into <out_dir>/wikitext-2/ and prepare it as --input would")
@@ -519,33 +559,30 @@ def main(argv=None):
     parser.add_argument("--val_input", nargs="+", metavar="PATH",
                         help="local text for val.bin alone; every article of --input then goes to train.bin")
     parser.add_argument("--wikitext2_url", default=WIKITEXT2_URL, help="where the WikiText-2 .txt files are")
-    parser.add_argument("--wikitext103", action="store_true",
-                        help="download WikiText-103's train split (raw; 314 MB of Parquet, pyarrow reads it) into "
-                             "<out_dir>/wikitext-103/ and take whole articles in a random order (--seed) until val "
-                             "and train hold --val_tokens and --train_tokens tokens")
+    add_flag(parser, "--wikitext103", "download WikiText-103's train split (raw; 314 MB of Parquet, pyarrow reads it) "
+                                      "into <out_dir>/wikitext-103/ and take whole articles in a random order (--seed) "
+                                      "until val and train hold --val_tokens and --train_tokens tokens")
     parser.add_argument("--train_tokens", type=int, default=WRITE_UP_TOKENS["train"],
                         help="with --wikitext103: tokens of train.bin (default: the write-up's %(default)s)")
     parser.add_argument("--val_tokens", type=int, default=WRITE_UP_TOKENS["val"],
                         help="with --wikitext103: tokens of val.bin (default: the write-up's %(default)s)")
     parser.add_argument("--wikitext103_url", default=WIKITEXT103_URL, help="where WikiText-103's Parquet files are")
     parser.add_argument("--tokenizer", default="gpt2", help="gpt2 (GPT-2 BPE) or byte (UTF-8 bytes)")
-    parser.add_argument("--compact_vocab", action="store_true",
-                        help="renumber the token ids that occur (plus end-of-text) densely: a smaller output layer")
+    add_flag(parser, "--compact_vocab",
+             "renumber the token ids that occur (plus end-of-text) densely: a smaller output layer")
     parser.add_argument("--val_fraction", type=float, default=0.05, help="fraction of articles for val.bin")
     parser.add_argument("--seed", type=int, default=1337, help="seed of the train/val split")
-    parser.add_argument("--out_dir", default="data")
+    parser.add_argument("--out_dir", default="data", help="the folder of the datasets (and of the downloads)")
     parser.add_argument("--name", default=None,
                         help="dataset folder name (default: wikipedia, wikipedia_<lang>, wikitext2_<split>_<tokenizer> "
                              "or wikitext103[_<train>-<val>][_byte], + c with --compact_vocab)")
     args = parser.parse_args(argv)
-    if args.input and args.wikitext2:
-        fail("give --input or --wikitext2, not both")
     if args.wikitext2_val and not args.wikitext2:
         fail("--wikitext2_val names the val split of a --wikitext2 dataset; add --wikitext2=valid (or train)")
     if args.val_input and not (args.input or args.wikitext2) or args.val_input and args.wikitext2_val:
         fail("--val_input gives the val text of an --input or --wikitext2 dataset (not with --wikitext2_val)")
-    if args.wikitext103 and (args.input or args.wikitext2 or args.val_input):
-        fail("--wikitext103 is a dataset of its own; leave out --input, --wikitext2 and --val_input")
+    if args.wikitext103 and (args.wikitext2 or args.val_input):
+        fail("--wikitext103 is a dataset of its own; leave out --wikitext2 and --val_input")
     if not args.wikitext103 and (args.train_tokens, args.val_tokens) != tuple(WRITE_UP_TOKENS.values()):
         fail("--train_tokens and --val_tokens size a --wikitext103 dataset; add --wikitext103")
     if args.train_tokens < 1 or args.val_tokens < 1:
@@ -570,7 +607,14 @@ def main(argv=None):
     if name.lower() in RESERVED_NAMES:  # also on a file system that ignores case
         fail(f"--name={name} is reserved: {RESERVED_NAMES[name.lower()]}; choose another --name, "
              f"e.g. --name={name}_text")
-    if args.wikitext2:  # from here on exactly as --input (and --val_input) with the downloaded files
+    if args.wikitext2 and args.input:  # the user's copies, checked: the dataset a download would give, offline
+        wanted = wikitext2_names(args.wikitext2) + (wikitext2_names(args.wikitext2_val) if args.wikitext2_val else [])
+        found = local_copies(args.input, {name: (kind, checksum) for name, kind, checksum in WIKITEXT2_FILES.values()
+                                          if name in wanted}, "WikiText-2")
+        args.input = [found[name] for name in wikitext2_names(args.wikitext2)]
+        if args.wikitext2_val:
+            args.val_input = [found[name] for name in wikitext2_names(args.wikitext2_val)]
+    elif args.wikitext2:  # from here on exactly as --input (and --val_input) with the downloaded files
         folder = os.path.join(args.out_dir, "wikitext-2")
         args.input = wikitext2_files(args.wikitext2, args.wikitext2_url, folder, args.retry_delay)
         if args.wikitext2_val:
@@ -583,7 +627,9 @@ def main(argv=None):
     t0 = time.time()
 
     if args.wikitext103:
-        paths = wikitext103_files(args.wikitext103_url, os.path.join(args.out_dir, "wikitext-103"), args.retry_delay)
+        paths = (list(local_copies(args.input, {name: ("sha256", sha) for name, sha in WIKITEXT103_FILES.items()},
+                                   "WikiText-103").values()) if args.input else
+                 wikitext103_files(args.wikitext103_url, os.path.join(args.out_dir, "wikitext-103"), args.retry_delay))
         articles = wikitext103_articles(paths, tokens, args.seed, args.min_chars, encode, eot_token)
         source = (f"WikiText-103 (raw) train split, {args.wikitext103_url}: whole articles in a random order (seed "
                   f"{args.seed}), val until {args.val_tokens:,} tokens, then train until {args.train_tokens:,}")

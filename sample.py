@@ -1,51 +1,62 @@
 """
-Sample from a model trained by train.py (its out_dir/ckpt.pt), decoding with the dataset's tokenizer.
+Sample from a model trained by train.py (its out_dir/ckpt.pt), decoding with the dataset's tokenizer, which the
+checkpoint carries: only the run's folder is needed, from any working folder.
 
     python sample.py --out_dir=out-wikipedia --start="The history of" --num_samples=3 --max_new_tokens=200
-    python sample.py --out_dir=out-wikipedia --start=FILE:prompt.txt
+    python sample.py --out_dir=out-wikipedia --start=FILE:prompt.txt --top_p=0.9
     python sample.py --out_dir=out-reversal --start="3 5 4 2 1"    # reversal: the digits to reverse
     python sample.py --out_dir=out-reversal                        # reversal: random digit sequences
+
+A sample ends at the end of its article (the end-of-text token) or after --max_new_tokens.
 """
-import argparse
 import glob
 import math
 import os
+import sys
 from contextlib import nullcontext
 
 import numpy as np
 import torch
 
 import reversal
-from configurator import fail, on_ctrl_c, pick_device
-from data import check_same_data, get_tokenizer, load_checkpoint, read_meta
+from configurator import add_flag, argument_parser, fail, on_ctrl_c, pick_device
+from data import get_tokenizer, load_checkpoint, trained_meta
 
 on_ctrl_c("stopped sampling", lower="--num_samples or --max_new_tokens", compile_off="leave out --compile")
 
-parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+parser = argument_parser(__doc__, "python sample.py")
 parser.add_argument("--out_dir", default=None,
                     help="the training run's folder, holding ckpt.pt (default: the one out-*/ folder here)")
 parser.add_argument("--start", default=None, help="the prompt, or FILE:path to read it from a file "
                                                   "(default: a new line; reversal: a random digit sequence per sample)")
-parser.add_argument("--num_samples", type=int, default=3)
+parser.add_argument("--num_samples", type=int, default=3, help="samples to draw, each from the same prompt")
 parser.add_argument("--max_new_tokens", type=int, default=300, help="tokens to generate (reversal: as many as digits)")
 parser.add_argument("--temperature", type=float, default=0.8, help="below 1: more likely tokens, above 1: more random")
 parser.add_argument("--top_k", type=int, default=None,
                     help="sample only from the k most likely tokens (default 200; reversal: 1, greedy)")
-parser.add_argument("--seed", type=int, default=1337)
+parser.add_argument("--top_p", type=float, default=None,
+                    help="sample only from the fewest most likely tokens whose probabilities add up to p, e.g. 0.9 "
+                         "(nucleus sampling; default: off)")
+add_flag(parser, "--stop_at_eot", "end a sample at the end of its article, the end-of-text token (default True; "
+                                  "False: run on into new articles)", default=True)
+parser.add_argument("--seed", type=int, default=1337, help="random seed of the samples")
 parser.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
-parser.add_argument("--compile", action="store_true", help="torch.compile the one-token decoding step")
-parser.error = lambda message: fail(f"{message} (see python sample.py --help)")  # one line, not argparse's usage block
+parser.add_argument("--dtype", default="auto", help="auto (bfloat16 on a GPU that has it, float16 on an older one, "
+                                                    "float32 elsewhere), float32, bfloat16 or float16")
+add_flag(parser, "--compile", "torch.compile the one-token decoding step")
 args = parser.parse_args()
 for name, allowed, fix in (("temperature", 0 < args.temperature < math.inf, "use a number above 0, e.g. 0.8"),
                            ("top_k", args.top_k is None or args.top_k >= 1, "use 1 or more"),
+                           ("top_p", args.top_p is None or 0 < args.top_p <= 1, "use a number in (0, 1], e.g. 0.9"),
                            ("num_samples", args.num_samples >= 1, "use 1 or more"),
                            ("max_new_tokens", args.max_new_tokens >= 0, "use 0 or more"),
                            ("seed", 0 <= args.seed < 2 ** 63, "use an integer from 0 to 2**63 - 1")):
     if not allowed:
         fail(f"{name}={getattr(args, name)!r} is not allowed; {fix}")
+top_p = args.top_p if args.top_p != 1 else None  # 1: every token, as without it
 
 # the model
-args.device, dtype = pick_device(args.device, "auto")
+args.device, dtype = pick_device(args.device, args.dtype)
 if args.out_dir is None:  # train.py's default folders are out-<dataset>
     runs = sorted(os.path.dirname(path) for path in glob.glob("out-*/ckpt.pt"))
     if len(runs) != 1:
@@ -91,26 +102,31 @@ if dataset == "reversal":
         x = torch.tensor([reversal.START, *digits, reversal.SEP], dtype=torch.long, device=args.device)[None, :]
         with torch.no_grad(), autocast:
             y = model.generate(x, len(digits), temperature=args.temperature, top_k=args.top_k or 1,
-                               compile=args.compile)
+                               compile=args.compile, top_p=top_p)
         print(" ".join(map(str, digits)) + " -> " + " ".join(str(int(i)) for i in y[0, x.shape[1]:]))
 else:
-    meta = read_meta(dataset)
-    tokenizer, meta_path = meta["tokenizer"], os.path.join("data", dataset, "meta.json")
-    encode, decode, n_vocab, eot = get_tokenizer(tokenizer, meta.get("compact_vocab"))
-    trained = checkpoint.get("dataset_meta", {}).get("tokenizer", tokenizer)  # older checkpoints do not say
-    if tokenizer != trained or n_vocab > model.config.vocab_size:
-        fail(f"{meta_path} says the {tokenizer} tokenizer ({n_vocab} tokens), but the model in {ckpt_path} was "
-             f"trained on {trained} tokens (vocab_size={model.config.vocab_size}); "
-             f"prepare data/{dataset} as it was for training")
-    check_same_data(checkpoint, meta, dataset)
+    meta = trained_meta(checkpoint, ckpt_path)
+    unknown = []  # the prompt's tokens outside a compact vocabulary
+    encode, decode, n_vocab, eot = get_tokenizer(meta["tokenizer"], meta.get("compact_vocab"), unknown)
     prompt = encode("\n" if start is None else start)
+    # "The" is not " The": the training text has a space before each word, so the prompt's first word may be unknown
+    if unknown and start and not start[0].isspace():
+        unknown.clear()
+        prompt = encode(" " + start)
+        if not unknown:
+            print(f"note: sampling from {' ' + start[:40]!r}: {start.split()[0]!r} without the space before it is not "
+                  f"in this model's vocabulary, the tokens of its training text", file=sys.stderr)
+    if unknown:
+        fail(f"the prompt has {len(unknown)} token(s) outside this model's vocabulary of {n_vocab} (the tokens of its "
+             f"training text), e.g. {get_tokenizer(meta['tokenizer'])[1](unknown[:5])!r}; use words of that text")
     skip = 0 if prompt else 1  # an empty prompt starts a new article: its end-of-text token is not printed
     prompt = prompt or [eot]
     # generate; prompts longer than the context keep their last context_size tokens
     x = torch.tensor(prompt, dtype=torch.long, device=args.device)[None, :].repeat(args.num_samples, 1)
     with torch.no_grad(), autocast:
         y = model.generate(x, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k or 200,
-                           compile=args.compile)
+                           compile=args.compile, top_p=top_p, stop_token=eot if args.stop_at_eot else None)
     for sample in y.tolist():
-        print(decode(sample[skip:]))
+        new = sample[len(prompt):]
+        print(decode(sample[skip:len(prompt)] + (new[:new.index(eot)] if args.stop_at_eot and eot in new else new)))
         print("-" * 40)

@@ -409,6 +409,19 @@ flops_per_token = raw_model.flops_per_token(block)
 # (float32's on a CPU, where autocast only tests the GPU's code path: a float16 matmul there takes seconds)
 peak_flops = matmul_peak(device, ptdtype if device_type != "cpu" else torch.float32,
                          4096 if device_type == "cuda" else 1024, 10, warmup=0, pick=min)
+peak_timed_again = device_type != "cpu"  # a GPU's peak, timed on large matmuls, is not disturbed by other work
+
+
+def mfu(tokens_per_sec):
+    """Model FLOPs utilization: the model's FLOP/s over peak_flops. A CPU busy with other work while its peak was timed
+    gives too low a peak: an MFU above 100% times it again, once (the progress line says so if it stays above)."""
+    global peak_flops, peak_timed_again
+    if flops_per_token * tokens_per_sec / world_size > peak_flops and not peak_timed_again:
+        peak_timed_again = True
+        peak_flops = max(peak_flops, matmul_peak(device, torch.float32, 1024, 10, warmup=0, pick=min))
+    return flops_per_token * tokens_per_sec / world_size / peak_flops
+
+
 with stop_together():
     if master:
         if wandb_log:  # now that every check has passed: a run that stops on its own checks leaves no W&B run
@@ -464,7 +477,7 @@ while True:
                           "grad_norm": grad_norm.item() if iter_num > start_iter else None,  # inf: a skipped step
                           **({"grad_scale": scaler.get_scale()} if scaler.is_enabled() else {}),
                           "tokens_per_sec": tokens_per_sec,
-                          "mfu": tokens_per_sec and flops_per_token * tokens_per_sec / world_size / peak_flops}
+                          "mfu": tokens_per_sec and mfu(tokens_per_sec)}
                 bad = [f"{k}={v}" for k, v in record.items()
                        if k.endswith("loss") and v is not None and not math.isfinite(v)]
                 if bad:
@@ -512,9 +525,11 @@ while True:
         iter_seconds = tokens_per_iter / tokens_per_sec
         embedding = f", embedding loss {terms['embedding'].item():.3e}" if terms["embedding"] is not None else ""
         scale = f" (float16 grad scale {scaler.get_scale():.0f})" if scaler.is_enabled() else ""
+        utilization = mfu(tokens_per_sec)
+        busy = " (above 100%: the CPU was busy while its peak was timed)" if utilization > 1 else ""
         print(f"iter {iter_num}: loss {terms['ce'].item():.4f}{embedding}, grad norm {grad_norm.item():.3f}{scale}, "
               f"lr {lr:.2e}, {iter_seconds * 1000:.0f} ms/iter, {tokens_per_sec:,.0f} tokens/s, "
-              f"mfu {flops_per_token * tokens_per_sec / world_size / peak_flops:.1%}, "
+              f"mfu {utilization:.1%}{busy}, "
               f"ETA {duration((max_iters - iter_num) * iter_seconds + evals_left(iter_num) * eval_seconds)}",
               flush=True)
         last_print = time.time()

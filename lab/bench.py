@@ -24,7 +24,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # also as `python lab/bench.py`
-from configurator import matmul_peak, pick_device, read_config, sync
+from configurator import add_flag, argument_parser, matmul_peak, pick_device, read_config, sync
 from model import ModelConfig, build_model, logits_needed
 
 CONFIGS = {  # name -> config files; the model flags are read from them, as train.py does
@@ -231,19 +231,18 @@ def table_line(r, sample_lengths):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, "python -m lab.bench")
     parser.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
     parser.add_argument("--dtype", default="auto", help="auto (as train.py), float32, bfloat16 or float16")
-    parser.add_argument("--compile", action="store_true",
-                        help="torch.compile the training step, and race compiled decoding too")
-    parser.add_argument("--quick", action="store_true", help="fewer repeats, no 1000-token sampling")
+    add_flag(parser, "--compile", "torch.compile the training step, and race compiled decoding too")
+    add_flag(parser, "--quick", "fewer repeats, no 1000-token sampling")
     parser.add_argument("--configs", default="paper,cpu", help="comma-separated: paper, cpu")
     parser.add_argument("--repeats", type=int, default=None,
                         help="timed training steps per variant (default 15; quick 5)")
     parser.add_argument("--batch_size", type=int, default=8, help="training batch size")
     parser.add_argument("--sample_batch_size", type=int, default=1, help="sequences generated at once")
     parser.add_argument("--json", default=None, help="also write the rows to this file")
-    parser.add_argument("--decode_only", action="store_true", help="only the greedy decoding race against Hugging Face")
+    add_flag(parser, "--decode_only", "only the greedy decoding race against Hugging Face")
     parser.add_argument("--decode_prompt", type=int, default=40, help="prompt tokens in the decoding race")
     parser.add_argument("--decode_tokens", type=int, default=150, help="new tokens in the decoding race")
     parser.add_argument("--decode_repeats", type=int, default=3, help="interleaved runs in the decoding race")

@@ -2,9 +2,10 @@
 The comparisons of the write-up "Auto-regressive Encoder-Decoder Transformer", re-run at CPU scale with several
 random seeds, through train.py: two suites, each resumable (run the same command again after an interruption).
 
-    python -m lab.study --suite=gpt2   # GPT-2 tokens, many passes, overfitting: the write-up's regime (~4 h on 2 cores)
-    python -m lab.study --suite=gpt2_long  # three of its runs to 3,000 steps: where val loss turns (~3 h)
-    python -m lab.study --suite=byte     # byte tokens, under one pass: early learning speed (~45 min)
+    python -m lab.study --suite=gpt2     # GPT-2 tokens, many passes, overfitting: the write-up's regime
+    python -m lab.study --suite=gpt2_long  # three of its runs to 3,000 steps: where val loss turns
+    python -m lab.study --suite=byte     # byte tokens, under one pass: early learning speed
+    python -m lab.study --suite=gpt2 --dry_run   # its runs, and how long they take here: a few steps of each, timed
     python -m lab.study --suite=paper --dry_run  # the write-up's own table at its scale, on CUDA GPUs: plan and cost
     python -m lab.study --suite=paper    # 8 configurations x 3 seeds, one run per visible GPU (docs/reproduce.md)
     python -m lab.study --suite=gpt2 --summary           # the table of results so far, with paired differences
@@ -17,7 +18,6 @@ study.json says whose run it is (suite, config, dataset, settings): a study refu
 Runs with the same seed see the same batches, so each comparison is made seed by seed (paired).
 Any other --key=value goes to every train.py run, after the suite's settings: e.g. --device=cpu --n_layer=1.
 """
-import argparse
 import ast
 import functools
 import hashlib
@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # also as `python lab/study.py`
-from configurator import configure, fail, on_ctrl_c, read_config
+from configurator import add_flag, argument_parser, configure, fail, on_ctrl_c, read_config, split_args
 from data import hold_folder, make_folder, note_holder, prepare_hint, read_log, temporary_path, write_atomic
 from prepare_wikipedia import WIKITEXT2_FILES, read_text
 
@@ -336,10 +336,10 @@ ASSUMED_MFU = 0.2
 def parse_overrides(args):
     """{key: value} of --key=value arguments, read as train.py reads them (a Python literal, else a string)."""
     out = {}
-    for arg in args:
-        key, has_value, text = arg[2:].partition("=")
-        if not arg.startswith("--") or not has_value or not key:
-            fail(f"'{arg}' is neither a study.py option nor a train.py setting --key=value; see python -m lab.study -h")
+    for key, text in split_args(args):  # train.py's grammar: --key=value, --key value, a bare --flag
+        if not key:
+            fail(f"'{text or '--'}' is neither a study.py option nor a train.py setting --key=value; "
+                 f"see python -m lab.study -h")
         try:
             out[key] = ast.literal_eval(text)
         except (ValueError, SyntaxError):
@@ -449,20 +449,26 @@ def run_cost(settings, max_iters):
 
 def measured_tokens_per_s(settings, steps=5):
     """Training tokens/s of a run's model on its device, dtype and compile setting: the median of `steps` timed
-    steps of one micro-batch after two warm-up steps (the first compiles)."""
+    steps of one micro-batch after two warm-up steps (the first compiles); on a CPU with one thread, as run_all runs
+    each (--jobs of them at a time)."""
     import torch
-    from lab.bench import Trainer  # also as `python -m lab.study`, where lab/ is not on the path
-    model = run_model(settings)
+    from lab.bench import Trainer
+    model, threads = run_model(settings), torch.get_num_threads()
+    device = settings.get("device", "cpu").split(":")[0]
     dtype = torch.bfloat16 if settings.get("dtype") == "bfloat16" else torch.float32
-    trainer = Trainer(model.config, settings["batch_size"], settings.get("device", "cpu").split(":")[0], dtype,
-                      settings.get("compile", False))
-    times = [trainer.step() for _ in range(2 + steps)]
+    trainer = Trainer(model.config, settings["batch_size"], device, dtype, settings.get("compile", False))
+    torch.set_num_threads(1 if device == "cpu" else threads)
+    try:
+        times = [trainer.step() for _ in range(2 + steps)]
+    finally:
+        torch.set_num_threads(threads)
     return settings["batch_size"] * model.config.context_size / statistics.median(times[2:])
 
 
-def plan(suite, runs, seeds, overrides, max_iters, n_parallel, can_measure):
+def plan(suite, runs, seeds, overrides, max_iters, n_parallel, can_measure, extra_seeds=()):
     """Prints what a suite will train and what it costs: FLOPs per run, and hours at the throughput measured on the
-    device it will use, or (no such device here) at ASSUMED_MFU of an A100's and an H100's bf16 peak."""
+    device it will use, or (no such device here) at ASSUMED_MFU of an A100's and an H100's bf16 peak. extra_seeds:
+    seeds added for the runs that the first ones cannot tell from the baseline, at most every run's."""
     rows, total_flops, total_hours = [], 0, 0
     for run in runs:
         settings = run_settings(suite, run, overrides)
@@ -488,8 +494,16 @@ def plan(suite, runs, seeds, overrides, max_iters, n_parallel, can_measure):
                  " | ".join(f"{flops / (ASSUMED_MFU * peak) / 3600:.2f}" for peak in PEAKS.values()) + " |"))
     print(f"total: {total_flops:.2e} FLOPs")
     if can_measure:
-        print(f"cost, at the tokens/s measured here ({device}): {total_hours:.1f} device-hours; with "
-              f"{n_parallel} run(s) at a time, about {total_hours / n_parallel:.1f} h", flush=True)
+        extra = total_hours / len(seeds) * len(extra_seeds) / n_parallel  # at most: every run given the extra seeds
+        notes = ([f"up to {extra:.1f} h more for seeds {extra_seeds} where they are needed"] * bool(extra)
+                 + [f"the evaluations are not counted until data/{settings['dataset']} is prepared"]
+                 * (settings["eval_iters"] == 0 and not dataset_meta(settings)))  # whole-split ones: size unknown
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0  # no load average on Windows
+        if device.startswith("cpu") and load > (os.cpu_count() or 1) - 0.5:
+            notes.append(f"timed on a busy CPU (load {load:.1f} on {os.cpu_count()} cores): an idle one is faster")
+        print(f"cost, at the tokens/s measured here ({device}{', one thread per run' * device.startswith('cpu')}): "
+              f"{total_hours:.1f} device-hours; with {n_parallel} run(s) at a time, about "
+              f"{total_hours / n_parallel:.1f} h" + "".join(f"; {note}" for note in notes), flush=True)
     else:
         gpu_hours = {gpu: total_flops / (ASSUMED_MFU * peak) / 3600 for gpu, peak in PEAKS.items()}
         print(f"cost, with no {settings['device']} device here to measure on, at an assumed {ASSUMED_MFU:.0%} MFU: "
@@ -944,8 +958,7 @@ def check_wikitext2_copy(path, split, option, suite):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     allow_abbrev=False)  # --seed is train.py's, not short for --seeds
+    parser = argument_parser(__doc__, "python -m lab.study")  # no abbreviations: --seed is not --seeds
     parser.add_argument("--suite", default="gpt2", choices=sorted(SUITES), help="which study (default gpt2)")
     parser.add_argument("--results", default=None, help="folder of the logs (default lab/results/<suite>_study)")
     parser.add_argument("--max_iters", type=int, default=None, help="steps per run (default: the suite's)")
@@ -956,13 +969,14 @@ def main(argv=None):
                         help="a local copy of WikiText-2's valid.txt, instead of downloading it")
     parser.add_argument("--val_input", default=None, help="gpt2_heldout: a local copy of WikiText-2's test.txt "
                                                           "(default: test.txt beside --input)")
-    parser.add_argument("--summary", action="store_true", help="print the table of finished runs and stop")
-    parser.add_argument("--dry_run", action="store_true", help="print the plan and its cost, and stop")
+    add_flag(parser, "--summary", "print the table of finished runs and stop")
+    add_flag(parser, "--dry_run", "print the plan and its cost (the time of a few steps of each configuration, "
+                                  "measured here), and stop")
     parser.add_argument("--pick_lr", default=None, help="comma-separated learning rates: pick the gpt2_heldout "
                                                         "control's (see pick_lr) and stop")
-    parser.error = lambda message: fail(f"{message} (see python -m lab.study --help)")
     args, overrides = parser.parse_known_args(argv)
     args.input, args.val_input = (path and os.path.abspath(path) for path in (args.input, args.val_input))
+    overrides = [f"--{key}={text}" for key, text in split_args(overrides)]  # --key value and --flag as --key=value
     check_overrides(overrides)  # once, before anything runs: a setting train.py would refuse is one line here
     suite = SUITES[args.suite]
     if args.jobs < 1:
@@ -998,9 +1012,10 @@ def main(argv=None):
         import torch
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         gpus = (visible.split(",") if visible else list(range(8 * 64)))[:torch.cuda.device_count()]
+    extra_seeds = [] if args.seeds else suite.get("extra_seeds", [])
     if suite.get("gpu") or args.dry_run:
         plan(args.suite, suite["runs"], seeds, overrides, max_iters, len(gpus) or args.jobs,
-             can_measure=device == "cpu" or bool(gpus))
+             can_measure=device == "cpu" or bool(gpus), extra_seeds=extra_seeds)
     if args.dry_run:
         return 0
     if device.startswith("cuda") and not gpus:
@@ -1026,8 +1041,12 @@ def main(argv=None):
             fail(f"could not prepare data/{suite['dataset']}; see the message above")
     core = suite["runs"][:suite.get("core", 0)]
     groups = [core, [run for run in suite["runs"] if run not in core]]  # the core first: its verdicts come first
-    extra_seeds = [] if args.seeds else suite.get("extra_seeds", [])
     pictures = [(run, seeds[0]) for run in suite.get("pictures", [])]  # one seed each, before the rest
+    done = load(results, suite["runs"], seeds, lambda run: max_iters or suite_iters(args.suite, run))
+    if sum(map(len, done.values())) == len(suite["runs"]) * len(seeds):
+        print(f"every run of the {args.suite} study is done in {os.path.relpath(results)}/ (its logs count, the "
+              f"committed ones too): the table is `python -m lab.study --suite={args.suite} --summary`; to train it "
+              f"all again, give a folder of your own, --results=NEW_FOLDER", flush=True)
     print(f"{args.suite} study: {len(suite['runs']) * len(seeds) + len(pictures)} runs into {os.path.relpath(results)}/"
           + (f" ({len(gpus)} GPU(s), one run on each)" if gpus else f" ({args.jobs} at a time)")
           + (f", and seeds {extra_seeds} where needed" if extra_seeds else "")

@@ -204,6 +204,18 @@ def compact(tmp_path_factory):
              "--val_fraction", "0.25", "--out_dir", str(root / "data"), "--name", "small"])
     return root
 
+
+COMPACT_RUN = ["--dataset=small", "--variant=encdec", "--n_layer=1", "--n_embed=16", "--n_head=2", "--context_size=32",
+               "--batch_size=4", "--gradient_accumulation_steps=1", "--max_iters=4", "--eval_interval=2",
+               "--eval_iters=0", "--log_interval=1", "--device=cpu", "--out_dir=run"]
+
+
+@pytest.fixture(scope="session")
+def trained(compact):
+    """The compact folder with a finished 4-iteration run on data/small in run/: evaluate.py and sample.py tests."""
+    run("train.py", *COMPACT_RUN, cwd=compact)
+    return compact
+
 # -----------------------------------------------------------------------------
 # a fake host of the WikiText-2 files: prepare_wikipedia.py and data.py tests
 

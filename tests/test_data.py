@@ -4,13 +4,18 @@ the log and file writers (read_log, write_atomic). CPU only, no network beyond 1
 
     python -m pytest -q tests/test_data.py
 """
+import ast
 import errno
+import glob
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
+import torch
 
 import data
 import prepare_wikipedia as pw
@@ -112,6 +117,20 @@ def test_prepare_command_of_a_wikitext103_dataset_builds_that_dataset(wikitext10
     assert sorted(os.listdir(tmp_path / dataset)) == ["meta.json", "train.bin", "val.bin"]
     assert data.prepare_command("wikitext103") == "python prepare_wikipedia.py --wikitext103"  # the write-up's size
 
+@pytest.mark.parametrize("dataset", ["wikitext2_valid_gpt2c", "wikitext2_valid-test_gpt2c", "wikitext2_all_byte"])
+def test_offline_prepare_command_builds_from_local_copies_the_dataset_the_download_builds(wikitext2_host, tmp_path,
+                                                                                         dataset):
+    copies = tmp_path / "copies"
+    copies.mkdir()
+    for name, body in wikitext2_host.files.items():
+        (copies / name).write_bytes(body)
+    offline = data.prepare_command(dataset, offline=True).replace("PATH", str(copies)).split()
+    prepare_wikitext2(wikitext2_host, tmp_path / "offline", *offline[2:])
+    assert wikitext2_host.ranges == []  # nothing downloaded
+    prepare_wikitext2(wikitext2_host, tmp_path / "online", *data.prepare_command(dataset).split()[2:])
+    for f in ("train.bin", "val.bin"):
+        assert (tmp_path / "offline" / dataset / f).read_bytes() == (tmp_path / "online" / dataset / f).read_bytes()
+
 # -----------------------------------------------------------------------------
 # check_dataset: a missing or broken dataset is refused when train.py starts, naming the command that rebuilds it
 
@@ -129,6 +148,11 @@ def test_missing_dataset_hint_prepares_the_tokens_the_config_needs(workdir):
     assert_one_line_error(result, "python prepare_wikipedia.py --input PATH --name=nope`")  # GPT-2 tokens, the default
     result = run("train.py", "--dataset=wikitext2_valid_byte", "--vocab_size=256", cwd=workdir, check=False)
     assert_one_line_error(result, "python prepare_wikipedia.py --wikitext2=valid --tokenizer=byte")
+    result = run("train.py", os.path.join(ROOT, "config", "cpu_gpt2_baseline.py"), cwd=workdir, check=False)
+    assert_one_line_error(result, "data/wikitext2_valid_gpt2c", "`python prepare_wikipedia.py --wikitext2=valid "
+                          "--tokenizer=gpt2 --compact_vocab` (it downloads; offline, from your copy of the files: "
+                          "`python prepare_wikipedia.py --wikitext2=valid --tokenizer=gpt2 --compact_vocab --input "
+                          "PATH/valid.txt`)")
 
 
 def break_val_ids(folder):
@@ -270,3 +294,52 @@ def test_a_folder_on_a_file_system_without_locks_is_used_with_one_line_of_warnin
     assert line.startswith(f"warning: {tmp_path} cannot be locked ({os.strerror(error)}: its file system has no locks")
     assert "run one at a time in this --out_dir" in line
 
+
+# -----------------------------------------------------------------------------
+# a checkpoint, loaded in someone else's code (the README's lines)
+
+LOAD_WITH_MODEL_PY_ONLY = """
+import torch
+from model import ModelConfig, build_model
+checkpoint = torch.load("{run}/ckpt.pt", map_location="cpu", weights_only=True)
+model = build_model(ModelConfig(**checkpoint["model_config"])); model.load_state_dict(checkpoint["model"])
+print(model.eval()(torch.tensor([[1, 2, 3]]))[0].flatten().tolist())
+"""
+LOAD_WITH_THE_PROJECT = """
+import torch
+from data import get_tokenizer, load_checkpoint
+checkpoint, model = load_checkpoint("{run}")
+meta = checkpoint["dataset_meta"]
+encode, decode, _, _ = get_tokenizer(meta["tokenizer"], meta.get("compact_vocab"))
+print(decode(model.generate(torch.tensor([encode("the castle")]), 8, top_k=1)[0].tolist()))
+"""
+
+
+def test_the_readme_lines_load_a_model_in_someone_elses_code(workdir, tmp_path):
+    """With model.py alone beside it (no data/, nothing else of the project), and with the project on the path: the
+    logits and the greedy text of the model that data.load_checkpoint gives."""
+    shutil.copy(os.path.join(ROOT, "model.py"), tmp_path / "model.py")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    code = LOAD_WITH_MODEL_PY_ONLY.format(run=workdir / "out_full")
+    alone = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    checkpoint, model = data.load_checkpoint(str(workdir / "out_full"))
+    with torch.no_grad():
+        assert json.loads(alone.stdout) == model(torch.tensor([[1, 2, 3]]))[0].flatten().tolist(), alone.stderr
+    code = LOAD_WITH_THE_PROJECT.format(run=workdir / "out_full")
+    greedy = subprocess.run([sys.executable, "-c", code], cwd=tmp_path / "..", env={**env, "PYTHONPATH": ROOT},
+                            capture_output=True, text=True)
+    sample = run("sample.py", "--out_dir=out_full", "--start=the castle", "--max_new_tokens=8", "--top_k=1",
+                 "--num_samples=1", "--stop_at_eot=False", "--device=cpu", cwd=workdir)
+    assert greedy.stdout == sample.stdout.split("-" * 40)[0] and greedy.stdout.startswith("the castle"), greedy.stderr
+
+
+def test_every_torch_load_reads_data_only():
+    """torch.load(..., weights_only=True), said explicitly: before torch 2.6 the default unpickles any object."""
+    loads = []
+    for path in glob.glob(os.path.join(ROOT, "*.py")) + glob.glob(os.path.join(ROOT, "*", "*.py")):
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "torch.load":
+                loads.append((os.path.relpath(path, ROOT), node.lineno,
+                              any(k.arg == "weights_only" and getattr(k.value, "value", None) is True
+                                  for k in node.keywords)))
+    assert len(loads) >= 4 and all(explicit for _, _, explicit in loads), loads

@@ -6,6 +6,7 @@ evaluation (eval_iters=0). CPU only, no network. (The compacted GPT-2 vocabulary
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -142,17 +143,6 @@ def test_split_losses_spread_at_most_512_train_windows(tmp_path, monkeypatch):
     assert len(starts[0]) == 512 and starts[1] is None
 
 
-TRAIN = ["--dataset=small", "--variant=encdec", "--n_layer=1", "--n_embed=16", "--n_head=2", "--context_size=32",
-         "--batch_size=4", "--gradient_accumulation_steps=1", "--max_iters=4", "--eval_interval=2", "--eval_iters=0",
-         "--log_interval=1", "--device=cpu", "--out_dir=run"]
-
-
-@pytest.fixture(scope="module")
-def trained(compact):
-    run("train.py", *TRAIN, cwd=compact)
-    return compact
-
-
 def test_train_eval_iters_0_logs_the_val_loss_evaluate_reports(trained):
     log = [json.loads(line) for line in open(trained / "run" / "log.jsonl")]
     result = run("evaluate.py", "--out_dir=run", "--batch_size=3", cwd=trained)
@@ -180,6 +170,33 @@ def test_evaluate_input_text_matches_the_prepared_split(trained):
     split, text = evaluate_in(trained, "--out_dir=run"), evaluate_in(trained, "--out_dir=run", "--input=val.txt")
     assert (text["tokens"], text["bytes"]) == (split["tokens"], split["bytes"])
     assert math.isclose(text["loss"], split["loss"], rel_tol=1e-9)
+
+
+def test_evaluate_input_leaves_out_and_counts_the_tokens_outside_a_compact_vocabulary(trained):
+    """Any text scores on a compact-vocabulary run (it stopped, 'outside the compact vocabulary'): a word the training
+    text lacks has no id, so it is left out and counted, and the text scores as it does without that word."""
+    text = (trained / "text.txt").read_text(encoding="utf-8")
+    (trained / "plain.txt").write_text(text, encoding="utf-8")
+    (trained / "unknown.txt").write_text(text.replace(" castle", " quantum castle", 3), encoding="utf-8")
+    unknown = len(data.get_tokenizer("gpt2")[0](" quantum")) * 3
+    plain, mixed = (evaluate_in(trained, "--out_dir=run", f"--input={name}") for name in ("plain.txt", "unknown.txt"))
+    assert (plain["tokens_outside_vocab"], mixed["tokens_outside_vocab"]) == (0, unknown)
+    assert (mixed["tokens"], mixed["bytes"]) == (plain["tokens"], plain["bytes"])
+    assert math.isclose(mixed["loss"], plain["loss"], rel_tol=1e-9)
+
+
+def test_evaluate_needs_only_the_run_folder_for_any_text(trained, tmp_path):
+    """The checkpoint carries the tokenizer and the compact vocabulary: a copy of the run, evaluated from a folder
+    without data/, scores a text as beside its data; its own split there is a one-line error naming --input."""
+    shutil.copytree(trained / "run", tmp_path / "copy")
+    (tmp_path / "elsewhere").mkdir()
+    beside_data = evaluate_in(trained, "--out_dir=run", f"--input={trained / 'text.txt'}")
+    alone = evaluate_in(tmp_path / "elsewhere", f"--out_dir={tmp_path / 'copy'}", f"--input={trained / 'text.txt'}")
+    del alone["out_dir"], beside_data["out_dir"]
+    assert alone == beside_data
+    with pytest.raises(SystemExit) as exit:
+        evaluate_in(tmp_path / "elsewhere", f"--out_dir={tmp_path / 'copy'}")
+    assert_one_line_error(str(exit.value.code), "data/small/val.bin not found here", "--input")
 
 
 @pytest.mark.parametrize("args, fragment", [

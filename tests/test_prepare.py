@@ -278,6 +278,37 @@ def test_wikitext2_download_prepares_token_for_token_what_input_prepares(wikitex
     assert wikitext2_host.ranges == [("valid.txt", None)]
 
 
+@pytest.mark.parametrize("split, val", [("valid", None), ("valid", "test"), ("all", None)])
+def test_wikitext2_from_local_copies_prepares_offline_what_the_download_prepares(wikitext2_host, tmp_path, split, val):
+    """--wikitext2 with --input: the user's copies (any name, or a folder holding them), checked, stand for the
+    download; the dataset, under the name the configs look for, is the same token for token."""
+    copies = tmp_path / "copies"
+    copies.mkdir()
+    for name, body in wikitext2_host.files.items():
+        (copies / f"my_{name}").write_bytes(body)  # renamed: known by their checksums
+    options = [f"--wikitext2={split}"] + [f"--wikitext2_val={val}"] * bool(val)
+    local = [str(copies / f"my_{name}") for name in pw.wikitext2_names(split) + pw.wikitext2_names(val or "valid")]
+    prepare_wikitext2(wikitext2_host, tmp_path / "offline", *options, "--input", *local)
+    assert wikitext2_host.ranges == []  # nothing downloaded
+    prepare_wikitext2(wikitext2_host, tmp_path / "online", *options)
+    name = f"wikitext2_{split}{'-' + val if val else ''}_byte"
+    for f in ("train.bin", "val.bin"):
+        assert (tmp_path / "offline" / name / f).read_bytes() == (tmp_path / "online" / name / f).read_bytes()
+
+
+def test_wikitext2_input_that_is_not_the_split_or_lacks_one_is_one_line_error(wikitext2_host, tmp_path):
+    (tmp_path / "valid.txt").write_bytes(wikitext(1).replace(b"\n", b"\r\n"))  # a Windows copy: other bytes
+    with pytest.raises(SystemExit) as e:
+        prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2=valid", "--input", str(tmp_path / "valid.txt"))
+    assert_one_line_error(str(e.value.code), "valid.txt is not WikiText-2's valid.txt", "--name=NAME")
+    (tmp_path / "valid.txt").write_bytes(wikitext(1))
+    with pytest.raises(SystemExit) as e:
+        prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2=valid", "--wikitext2_val=test", "--input",
+                          str(tmp_path))  # a folder holding valid.txt, but no test.txt
+    assert_one_line_error(str(e.value.code), "no copy of WikiText-2's test.txt")
+    assert wikitext2_host.ranges == []
+
+
 def test_wikitext2_val_makes_val_bin_of_that_split_alone_as_val_input_does(wikitext2_host, tmp_path):
     prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2=valid", "--wikitext2_val=test")
     cache, out = tmp_path / "wikitext-2", tmp_path / "wikitext2_valid-test_byte"
@@ -431,13 +462,26 @@ def test_a_copy_that_is_not_the_pinned_file_is_kept_aside_and_never_deleted(wiki
     assert (tmp_path / "wikitext-2" / "valid.txt").read_bytes() == wikitext(1)
 
 
+def test_wikitext103_from_a_folder_of_local_copies_prepares_offline_what_the_download_prepares(wikitext103_host,
+                                                                                                tmp_path):
+    out = prepare_wikitext103(wikitext103_host, tmp_path / "online", 1000, 300)
+    copies = tmp_path / "copies"
+    copies.mkdir()
+    for name, body in wikitext103_host.files.items():
+        (copies / name).write_bytes(body)
+    wikitext103_host.files.clear()  # the host has nothing now
+    offline = prepare_wikitext103(wikitext103_host, tmp_path / "offline", 1000, 300, "--input", str(copies))
+    assert all((offline / f).read_bytes() == (out / f).read_bytes() for f in ("train.bin", "val.bin"))
+    assert len(wikitext103_host.ranges) == 2  # the online run's two downloads, nothing since
+
+
 def test_wikitext103_cannot_give_more_tokens_than_its_train_split_has(wikitext103_host, tmp_path):
     with pytest.raises(SystemExit) as e:
         prepare_wikitext103(wikitext103_host, tmp_path, 10 ** 7, 600)
     assert_one_line_error(str(e.value.code), "fewer than the 10,000,600 asked for", "lower --train_tokens")
 
 
-@pytest.mark.parametrize("args, fragment", [(["--wikitext103", "--input", "x.txt"], "leave out --input"),
+@pytest.mark.parametrize("args, fragment", [(["--wikitext103", "--wikitext2"], "leave out --wikitext2"),
                                             (["--train_tokens", "100"], "add --wikitext103"),
                                             (["--wikitext103", "--val_tokens", "0"], "must be at least 1")])
 def test_wikitext103_options_out_of_place_are_one_line_errors(tmp_path, args, fragment):

@@ -1,14 +1,17 @@
-"""Specifications of sample.py: it continues a prompt with the run's tokenizer, and each bad input ends in one line
-naming the problem and the fix. CPU only, no network. (The reversal model's sampling: test_reversal.py.)
+"""Specifications of sample.py and of model.generate's sampling: it continues a prompt with the run's tokenizer, which
+the checkpoint carries, from any folder; top-p and the end-of-text stop; each bad input ends in one line naming the
+problem and the fix. CPU only, no network. (The reversal model's sampling: test_reversal.py.)
 
     python -m pytest -q tests/test_sample.py
 """
 import json
 import shutil
 
+import numpy as np
 import pytest
+import torch
 
-from conftest import assert_interrupted, assert_one_line_error, copy_run, interrupted_at, raising_at, run
+from conftest import assert_interrupted, assert_one_line_error, copy_run, interrupted_at, raising_at, run, tiny_model
 
 
 def test_sample_continues_the_prompt(workdir):
@@ -32,10 +35,23 @@ def test_sample_with_an_empty_prompt_prints_no_end_of_text_byte(workdir):
     assert all(len(s) > 1 and not s.startswith("\0") for s in samples), samples
 
 
-def test_sample_without_checkpoint_or_meta_says_what_to_do(workdir, tmp_path):
+def test_sample_needs_only_the_run_folder_from_any_working_folder(workdir, tmp_path):
+    """The checkpoint carries the tokenizer: a copy of the run alone, sampled from elsewhere, gives the same text."""
+    shutil.copytree(workdir / "out_full", tmp_path / "run")
+    (tmp_path / "elsewhere").mkdir()
+    args = ["--start=the castle", "--num_samples=2", "--max_new_tokens=20", "--device=cpu"]
+    here = run("sample.py", "--out_dir=out_full", *args, cwd=workdir)  # beside data/tiny, which is checked
+    away = run("sample.py", f"--out_dir={tmp_path / 'run'}", *args, cwd=tmp_path / "elsewhere")
+    assert away.stdout == here.stdout and away.stdout.startswith("the castle")
+
+
+def test_sample_without_checkpoint_or_its_tokenizer_says_what_to_do(workdir, tmp_path):
     assert_one_line_error(run("sample.py", "--out_dir=nowhere", cwd=workdir, check=False), "nowhere", "train")
-    shutil.copytree(workdir / "out_full", tmp_path / "out_full")  # a folder without data/tiny/meta.json
-    assert_one_line_error(run("sample.py", "--out_dir=out_full", cwd=tmp_path, check=False), "meta.json")
+    shutil.copytree(workdir / "out_full", tmp_path / "out_full")  # an older checkpoint, without dataset_meta
+    checkpoint = torch.load(tmp_path / "out_full" / "ckpt.pt", weights_only=True)
+    del checkpoint["dataset_meta"]
+    torch.save(checkpoint, tmp_path / "out_full" / "ckpt.pt")
+    assert_one_line_error(run("sample.py", "--out_dir=out_full", cwd=tmp_path, check=False), "meta.json", "older")
 
 
 @pytest.mark.parametrize("args, fragments", [
@@ -87,3 +103,64 @@ def test_sample_with_a_compiled_decoding_step_prints_the_eager_greedy_text(workd
     args = ["--out_dir=out_full", "--start=the castle", "--num_samples=1", "--max_new_tokens=12", "--top_k=1",
             "--device=cpu"]
     assert run("sample.py", *args, "--compile", cwd=workdir).stdout == run("sample.py", *args, cwd=workdir).stdout
+
+
+def test_a_prompt_whose_first_word_lacks_its_space_in_a_compact_vocabulary_is_sampled_with_it(trained):
+    """GPT-2 tokens 'the' and ' the' differ; a compact vocabulary holds only the tokens of its training text, where
+    every word follows a space: the prompt gets the space, with a note, instead of an error (as it was)."""
+    result = run("sample.py", "--out_dir=run", "--start=the castle", "--num_samples=1", "--max_new_tokens=5",
+                 "--device=cpu", cwd=trained)
+    assert result.stdout.startswith(" the castle") and "note: sampling from ' the castle'" in result.stderr
+    assert_one_line_error(run("sample.py", "--out_dir=run", "--start=the quantum castle", "--device=cpu",
+                              cwd=trained, check=False), "outside this model's vocabulary", "quantum")
+
+
+def test_sample_stops_at_the_end_of_the_article_and_prints_what_comes_before(workdir):
+    """With the same seed, a sample that stops at the end-of-text token (byte 0 here) is the one that runs on, cut
+    there; the hot temperature makes the end-of-text token come up in a few of the samples."""
+    args = ["--out_dir=out_full", "--start=the river", "--num_samples=6", "--max_new_tokens=200", "--temperature=3",
+            "--device=cpu"]
+    stopped = run("sample.py", *args, cwd=workdir).stdout.split("-" * 40 + "\n")[:-1]
+    running_on = run("sample.py", *args, "--stop_at_eot=False", cwd=workdir).stdout.split("-" * 40 + "\n")[:-1]
+    assert stopped == [s.split("\0")[0] + "\n" if "\0" in s else s for s in running_on]  # print() adds the "\n"
+    assert sum("\0" in s for s in running_on) >= 2  # the property was put to the test
+
+
+def nucleus(probs, top_p):
+    """The fewest most likely tokens whose probabilities add up to top_p, renormalised; computed directly, float64."""
+    kept, total = np.zeros(len(probs)), 0.0
+    for i in np.argsort(-probs, kind="stable"):
+        kept[i], total = probs[i], total + probs[i]
+        if total >= top_p:
+            break
+    return kept / kept.sum()
+
+
+@pytest.mark.parametrize("top_p, top_k", [(0.3, None), (0.8, None), (0.8, 10), (1.0, None)])
+def test_top_p_draws_from_the_fewest_most_likely_tokens_adding_up_to_p(monkeypatch, top_p, top_k):
+    model = tiny_model(vocab_size=50)
+    x = torch.randint(50, (3, 6), generator=torch.Generator().manual_seed(0))
+    drawn = []
+    monkeypatch.setattr(torch, "multinomial", lambda probs, n: drawn.append(probs.clone()) or probs.argmax(-1, True))
+    model.generate(x, 1, temperature=0.7, top_k=top_k, top_p=top_p)
+    with torch.no_grad():
+        logits = model(x)[0][:, -1].double() / 0.7
+    if top_k:
+        logits[logits < logits.topk(top_k).values[:, [-1]]] = -float("inf")
+    for probs, got in zip(torch.softmax(logits, -1).numpy(), drawn[0].double().numpy()):
+        want = nucleus(probs, top_p)
+        np.testing.assert_allclose(got, want, atol=1e-6)
+        assert top_p == 1 or 1 < (want > 0).sum() < (probs > 0).sum()  # some tokens kept, some left out
+
+
+def test_generation_stops_when_every_sequence_drew_the_stop_token_and_a_finished_one_repeats_it():
+    model = tiny_model(vocab_size=50)
+    x = torch.randint(50, (2, 4), generator=torch.Generator().manual_seed(1))
+    free = model.generate(x, 30, top_k=1)[:, 4:].tolist()  # greedy: the same tokens with and without a stop
+    stop = free[0][5]
+    ends = [row.index(stop) + 1 if stop in row else 30 for row in free]
+    stopped = model.generate(x, 30, top_k=1, stop_token=stop)[:, 4:].tolist()
+    assert len(stopped[0]) == max(ends)  # no step after the last sequence stopped
+    for row, end, got in zip(free, ends, stopped):
+        assert got == row[:end] + [stop] * (max(ends) - end)
+    assert model.generate(x, 30, top_k=1, stop_token=None).tolist() == model.generate(x, 30, top_k=1).tolist()

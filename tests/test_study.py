@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -201,6 +202,50 @@ def test_next_steps_trains_one_seed_of_each_pictures_run_first_then_its_runs_see
     assert batches[0] == [("baseline_pos_sub", 0), ("encdec_pos_sub", 0), ("encdec_mse", 0)]
     runs = study.SUITES["gpt2_next"]["runs"]
     assert batches[1] == [(run, seed) for seed in range(5) for run in runs] and len(batches) == 2
+
+
+def test_a_study_whose_runs_are_all_done_says_so_and_how_to_train_it_again(tmp_path, monkeypatch, capsys):
+    """As from a fresh clone, where the committed logs make every run done: the study says so and names --results,
+    and trains nothing."""
+    suite = study.SUITES["byte"]
+    for run_ in suite["runs"]:
+        for seed in suite["seeds"]:
+            write_log(tmp_path / f"{run_}_seed{seed}", [0, 100, suite["max_iters"]])
+    monkeypatch.setattr(study.subprocess, "run", lambda *args, **kw: subprocess.CompletedProcess(args, 0))  # data
+    monkeypatch.setattr(study.subprocess, "Popen", lambda *args, **kw: pytest.fail("a run was trained"))
+    assert study.main(["--suite=byte", f"--results={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    assert "every run of the byte study is done" in out and "--results=NEW_FOLDER" in out and "--summary" in out
+    assert out.count("done before") == len(suite["runs"]) * len(suite["seeds"])
+
+
+def test_time_figures_come_from_the_dry_run_alone():
+    """--help (the docstring) names no duration to contradict the dry run; the dry run times each configuration as the
+    study runs it (one thread on a CPU) and counts, as an upper bound, the seeds added where three cannot decide."""
+    assert not re.search(r"\d+(\.\d+)? ?(h|hours?|min|minutes)\b", study.__doc__), study.__doc__
+
+
+def test_dry_run_times_a_cpu_run_on_one_thread_and_bounds_the_extra_seeds(monkeypatch, capsys):
+    import torch
+    from lab import bench
+    threads = []
+
+    class Trainer:  # stands for the benchmark's: one step takes a second, on as many threads as it is given
+        def __init__(self, *args):
+            pass
+
+        def step(self):
+            threads.append(torch.get_num_threads())
+            return 1.0
+    monkeypatch.setattr(bench, "Trainer", Trainer)
+    monkeypatch.setattr(study, "dataset_meta", lambda settings: {})  # whatever is prepared here
+    before = torch.get_num_threads()
+    _, hours = study.plan("gpt2", ["baseline", "encdec_none"], [0, 1, 2], [], None, 2, True, extra_seeds=[3, 4])
+    assert set(threads) == {1} and torch.get_num_threads() == before
+    out = capsys.readouterr().out
+    assert hours == pytest.approx(2 * 3 * 1200 / 3600)  # 2 x 3 runs of 1,200 steps of 16 x 128 tokens, a second each
+    assert f"about {hours / 2:.1f} h; up to {hours / 3 * 2 / 2:.1f} h more for seeds [3, 4]" in out
+    assert "the evaluations are not counted until data/wikitext2_valid_gpt2c is prepared" in out
 
 
 def log(*val_losses, train=1.0):

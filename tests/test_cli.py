@@ -1,0 +1,109 @@
+"""Specifications of the command line, one grammar for every script: --key=value and --key value, a boolean as a bare
+--flag or --flag=True/False in any case, the same names for the same things, and --help giving every setting its
+meaning. Each script runs in this process up to the point where it has read its arguments (configurator.configure
+for train.py, argparse for the others), and stops there: no model, no data. CPU only, no network.
+
+    python -m pytest -q tests/test_cli.py
+"""
+import argparse
+import os
+import runpy
+import sys
+
+import pytest
+
+import configurator
+from conftest import ROOT
+from lab import study
+
+SCRIPTS = ["train.py", "sample.py", "evaluate.py", "prepare_wikipedia.py", "lab/study.py", "lab/bench.py"]
+# per script: a setting that takes a number, a boolean one, and the shared names it has
+SETTINGS = {"train.py": ("batch_size", "compile", {"device", "dtype", "compile", "seed"}),
+            "sample.py": ("num_samples", "compile", {"device", "dtype", "compile", "seed"}),
+            "evaluate.py": ("batch_size", "compile", {"device", "dtype", "compile"}),  # no randomness: no seed
+            "prepare_wikipedia.py": ("seed", "compact_vocab", {"seed"}),
+            "lab/study.py": ("jobs", "dry_run", set()),  # the others go to train.py
+            "lab/bench.py": ("batch_size", "compile", {"device", "dtype", "compile"})}
+
+
+class Parsed(Exception):
+    """Raised where a script has read its arguments: its settings, and its argparse parser (None for train.py)."""
+
+    def __init__(self, settings, parser=None):
+        super().__init__()
+        self.settings, self.parser = settings, parser
+
+
+def parse(script, argv, monkeypatch):
+    """Run ROOT/script with argv in this process until it has read them; returns Parsed, or raises its SystemExit."""
+    real_configure, real_parser = configurator.configure, configurator.argument_parser
+
+    def configure(settings, defaults, argv, *args, **kwargs):
+        real_configure(settings, defaults, argv, *args, **kwargs)
+        raise Parsed({key: settings[key] for key in defaults})
+
+    def argument_parser(doc, command):
+        parser = real_parser(doc, command)
+        for name in ("parse_args", "parse_known_args"):
+            def stop(*args, real=getattr(parser, name), **kwargs):
+                namespace = real(*args, **kwargs)
+                raise Parsed(vars(namespace[0] if isinstance(namespace, tuple) else namespace), parser)
+            setattr(parser, name, stop)
+        return parser
+    monkeypatch.setattr(configurator, "configure", configure)
+    monkeypatch.setattr(configurator, "argument_parser", argument_parser)
+    monkeypatch.setattr(sys, "argv", [script, *argv])
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # the scripts set their own
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    try:
+        runpy.run_path(os.path.join(ROOT, script), run_name="__main__")
+    except Parsed as parsed:
+        return parsed
+    pytest.fail(f"{script} did not read its arguments")
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_gives_every_setting_its_meaning(script, monkeypatch, capsys):
+    with pytest.raises(SystemExit) as exit:
+        parse(script, ["--help"], monkeypatch)
+    out = capsys.readouterr().out
+    assert exit.value.code in (0, None) and "usage:" in out
+    if script == "train.py":  # "  --key=default", then its meaning on the same line or, for a long one, the next
+        lines = out.splitlines()
+        shown = {line.split("=")[0].strip()[2:]: (line[41:] or lines[i + 1]).strip()
+                 for i, line in enumerate(lines) if line.startswith("  --")}
+        assert set(shown) == set(parse(script, [], monkeypatch).settings) and all(shown.values()), shown
+    else:
+        parser = parse(script, ["--out_dir=x"] * (script == "evaluate.py"), monkeypatch).parser
+        options = [a for a in parser._actions if a.option_strings and a.help != argparse.SUPPRESS]
+        assert options and all(a.help and a.help.strip() for a in options), [a.dest for a in options if not a.help]
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_script_reads_key_value_key_space_value_and_booleans_in_any_case(script, monkeypatch):
+    number, flag, shared = SETTINGS[script]
+    required = ["--out_dir=x"] * (script == "evaluate.py")
+    for argv, want in [([f"--{number}=3"], {number: 3}), ([f"--{number}", "3"], {number: 3}),
+                       ([f"--{flag}"], {flag: True}), ([f"--{flag}=True"], {flag: True}),
+                       ([f"--{flag}=true"], {flag: True}), ([f"--{flag}", "TRUE"], {flag: True}),
+                       ([f"--{flag}=False"], {flag: False}), ([f"--{flag}", "false"], {flag: False}),
+                       ([f"--{flag}", f"--{number}", "3"], {flag: True, number: 3})]:
+        settings = parse(script, [*required, *argv], monkeypatch).settings
+        assert {key: settings[key] for key in want} == want, (argv, settings)
+    assert shared <= set(parse(script, required, monkeypatch).settings)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_boolean_that_is_not_true_or_false_is_one_line_error(script, monkeypatch):
+    flag = SETTINGS[script][1]
+    with pytest.raises(SystemExit) as exit:
+        parse(script, [f"--{flag}=yes", *["--out_dir=x"] * (script == "evaluate.py")], monkeypatch)
+    message = str(exit.value.code)
+    assert message.startswith("error: ") and "\n" not in message and "True or False" in message and flag in message
+
+
+def test_the_settings_a_study_passes_to_train_py_take_the_same_grammar():
+    assert study.parse_overrides(["--n_layer", "1", "--compile", "--dtype=float32", "--rotary", "true"]) == {
+        "n_layer": 1, "compile": True, "dtype": "float32", "rotary": "true"}  # as train.py reads them
+    assert configurator.split_args(["--n_layer", "1", "--compile", "--dtype=float32"]) == [
+        ("n_layer", "1"), ("compile", "True"), ("dtype", "float32")]
