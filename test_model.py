@@ -3,13 +3,16 @@
     python -m pytest -q test_model.py
 """
 
+import inspect
 import itertools
+import re
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from model import Attention, ModelConfig, build_model, causal_attention, logits_needed, rotate
+from model import (EMBEDDING_LOSS_DEFAULTS, ENCODER_DECODER_DEFAULTS, Attention, ModelConfig, build_model,
+                   causal_attention, logits_needed, rotate)
 
 TINY = dict(vocab_size=37, context_size=12, n_embed=16, n_head=2, n_layer=2)
 
@@ -426,6 +429,18 @@ def test_defaults_are_the_write_ups_best_configuration():
     assert (b.embedding_loss, b.sub_pos_embed, b.cross_n_head) == ("none", "no", None)
 
 
+def test_every_config_field_has_a_one_line_meaning_that_names_its_real_default():
+    # train.py --help prints the comment beside each field; a field written None names the value it stands for
+    comments = dict(re.findall(r"^    (\w+):[^#]*=[^#]*#\s*(.+)$", inspect.getsource(ModelConfig), re.M))
+    assert list(comments) == ModelConfig.flags()
+    stands_for = {"n_encoder_layer": "n_layer", "n_decoder_layer": "n_layer", "cross_n_head": "2 x n_head"}
+    for flag, default in {**ENCODER_DECODER_DEFAULTS, **EMBEDDING_LOSS_DEFAULTS}.items():
+        assert getattr(ModelConfig, flag) is None
+        assert f"None: {stands_for.get(flag, default)}" in comments[flag]
+    c = ModelConfig(n_layer=3, n_head=2, n_embed=8)
+    assert (c.n_encoder_layer, c.n_decoder_layer, c.cross_n_head) == (3, 3, 4)
+
+
 # --- the fast loss path ---
 
 @pytest.mark.parametrize("variant, n_embed", [("baseline", 16), ("encdec", 16), ("encdec", 12)])
@@ -465,6 +480,96 @@ def test_attention_padded_to_a_multiple_of_8_equals_plain_attention(head_size, T
     y = causal_attention(q, k, v, 0.0, None if T == L else visible)  # a KV cache passes its mask
     assert y.shape == (2, 3, T, head_size)
     torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-6)
+
+
+# --- the attention weights, kept on request ---
+
+ATTENTION_FLAGS = [dict(variant="baseline"), dict(variant="encdec"), dict(variant="parallel", n_encoder_layer=3,
+                   n_decoder_layer=2), dict(variant="encdec", rotary=True, decoder_order="cross_first", n_embed=20)]
+
+
+def attention_families(model):
+    """Every Attention module of the model, by family, layer by layer."""
+    if model.config.variant == "baseline":
+        return {"self": [block.attn for block in model.blocks]}
+    return {"encoder self": [block.attn for block in model.blocks],
+            "decoder self": [block.attn for block in model.decoder_blocks],
+            "decoder cross": [block.cross_attn for block in model.decoder_blocks]}
+
+
+def queries_keys_values(module, x, pos, context=None):
+    """An Attention module's queries, keys and values (B, nh, T, hs) of its inputs, from its own projections."""
+    B, T, C = x.shape
+    if module.cross:
+        (k, v), q = module.kv_proj(context).split(C, dim=-1), module.q_proj(x)
+    else:
+        q, k, v = module.qkv_proj(x).split(C, dim=-1)
+    q, k, v = (t.view(B, T, module.n_head, -1).transpose(1, 2) for t in (q, k, v))
+    return (rotate(q, pos), rotate(k, pos), v) if module.rotary else (q, k, v)
+
+
+def causal_softmax(scores):
+    T = scores.size(-1)
+    return (scores + torch.full((T, T), float("-inf")).triu(1)).softmax(dim=-1)
+
+
+@pytest.mark.parametrize("flags", ATTENTION_FLAGS, ids=lambda f: "-".join(str(v) for v in f.values()))
+def test_kept_attention_weights_are_the_causal_softmax_of_the_scaled_query_key_products(flags):
+    model = tiny(**flags).eval()
+    families, inputs = attention_families(model), {}
+    for modules in families.values():
+        for module in modules:  # what each module was given
+            module.register_forward_pre_hook(lambda m, args: inputs.setdefault(m, args))
+    model.keep_attention_weights()
+    model(tokens())
+    for family, modules in families.items():
+        assert modules, family
+        for module in modules:
+            q, k, _ = queries_keys_values(module, *inputs[module])
+            weights = module.weights
+            assert weights.shape == (3, module.n_head, 12, 12)
+            # softmax(Q K^T / sqrt(d) + M), M = -inf above the diagonal
+            torch.testing.assert_close(weights, causal_softmax(q @ k.transpose(-2, -1) / q.size(-1) ** 0.5))
+            torch.testing.assert_close(weights.sum(dim=-1), torch.ones(3, module.n_head, 12))
+            assert not weights.triu(1).any()  # no weight on a later position
+
+
+@pytest.mark.parametrize("flags", ATTENTION_FLAGS, ids=lambda f: "-".join(str(v) for v in f.values()))
+def test_keeping_the_attention_weights_changes_no_logit_nor_generated_token(flags):
+    model = tiny(**flags).eval()
+    idx = tokens()
+    fused, prompt = model(idx, idx)[0], idx[:, :4]
+    generated = model.generate(prompt, 10, top_k=1)  # with the KV cache, past the context
+    model.keep_attention_weights()
+    assert torch.allclose(model(idx, idx)[0], fused, atol=1e-6, rtol=0)
+    assert all(m.weights.shape[-2:] == (12, 12) for m in model.modules() if isinstance(m, Attention))
+    assert torch.equal(model.generate(prompt, 10, top_k=1), generated)
+    model.keep_attention_weights(False)
+    assert not any(m.keep_weights for m in model.modules() if isinstance(m, Attention))
+
+
+@pytest.mark.parametrize("variant", ["encdec", "parallel"])
+def test_without_its_causal_mask_the_cross_attention_lets_a_position_read_its_target(variant):
+    # the encoder output at t + 1 has read token t + 1, which is the target at position t
+    model = tiny(variant=variant).eval()
+
+    def unmasked(module, args, output):
+        q, k, v = queries_keys_values(module, *args)
+        scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
+        out = [module.out_proj((s @ v).transpose(1, 2).reshape(output.shape)) for s in (causal_softmax(scores),
+                                                                                         scores.softmax(dim=-1))]
+        torch.testing.assert_close(out[0], output)  # with the mask: the module's own output
+        return out[1]
+
+    idx = tokens()
+    changed = idx.clone()
+    changed[:, 6] = (changed[:, 6] + 1) % TINY["vocab_size"]
+    masked = model(idx, idx)[0], model(changed, changed)[0]
+    assert torch.equal(masked[0][:, :6], masked[1][:, :6])
+    for block in model.decoder_blocks:
+        block.cross_attn.register_forward_hook(unmasked)
+    logits, logits_changed = model(idx, idx)[0], model(changed, changed)[0]
+    assert not torch.allclose(logits[:, 5], logits_changed[:, 5])  # position 5 saw token 6, its target
 
 
 # --- rotary positions ---
