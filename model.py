@@ -301,7 +301,7 @@ class Transformer(nn.Module):
         return -torch.log((similarity + 1) / 2)
 
     def decode_step(self, idx, cache, lm_head_t):
-        """The next token's logits (B, vocab) after idx (B, T), which continues the cache; lm_head_t: (C, vocab)."""
+        """Logits (B, vocab) of the token after idx (B, T), which continues the cache; lm_head_t: lm_head.weight.T."""
         return self.hidden_states(idx, cache)[0][:, -1, :] @ lm_head_t
 
     @torch.inference_mode()
@@ -309,7 +309,7 @@ class Transformer(nn.Module):
         """Append max_new_tokens tokens to idx (B, T), each drawn from the next token's logits given the last
         context_size tokens; top_k=1: the most likely. use_cache, compile: faster (the KV cache, after the model)."""
         ctx, filled = self.config.context_size, 0  # filled: positions in the cache, counted here, not on the device
-        one_token_step, lm_head_t = fast_decoding(self, compile)  # decode_step, compiled or not, and lm_head's weight
+        one_token_step, lm_head_t = fast_decoding(self, compile)  # decode_step, compiled or not; lm_head.weight.T
         for _ in range(max_new_tokens):
             if use_cache and 0 < filled < ctx:  # only the newest token: the cache holds the others' keys / values
                 logits, filled = one_token_step(idx_next, cache, lm_head_t), filled + 1
@@ -351,15 +351,15 @@ def build_model(config):
 
 
 # -----------------------------------------------------------------------------
-# The KV cache. Attention is causal, so a position's keys and values never change: generating, each step computes the
-# new token's only and keeps every Attention's in a dict: cache["kv"][module.number], (2, B, nh, context_size, hs),
-# allocated once and written in place (hs padded to a multiple of 8: see causal_attention), and cache["length"], the
-# positions so far in a tensor. So one torch.compile(fullgraph=True) graph of decode_step serves every position
-# (generate passes idx_next: a view of idx changes strides each step, a recompile). Past context_size the window
-# slides, every position shifts, and generate starts a new cache.
+# The KV cache. Attention is causal, so the keys and values of a position never change: in generation, each step
+# computes only the new token's and takes the earlier ones from a dict, the cache. cache["kv"][module.number] holds an
+# Attention's, (2, B, nh, context_size, hs), allocated once and written in place (hs padded to a multiple of 8: see
+# causal_attention); cache["length"] counts the positions, in a tensor. So one torch.compile(fullgraph=True) graph of
+# decode_step serves every position (generate passes it idx_next, as a view of idx changes strides each step: a
+# recompile). Past context_size the window slides, every position shifts, and generate starts a new cache.
 
 def continue_cache(cache, T, context_size, device):
-    """The positions (T,) of T new tokens after the cached ones; the cache with the keys each may see, (T, L) masks."""
+    """The positions (T,) of T new tokens after the cached ones; the cache plus "mask", (T, L): the keys each sees."""
     if not cache:
         cache.update(kv={}, length=torch.zeros((), dtype=torch.long, device=device))
     pos = torch.arange(T, device=device) + cache["length"]

@@ -556,16 +556,17 @@ def test_without_its_causal_mask_the_cross_attention_lets_a_position_read_its_ta
     def unmasked(module, args, output):
         q, k, v = queries_keys_values(module, *args)
         scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
-        out = [module.out_proj((s @ v).transpose(1, 2).reshape(output.shape)) for s in (causal_softmax(scores),
-                                                                                         scores.softmax(dim=-1))]
-        torch.testing.assert_close(out[0], output)  # with the mask: the module's own output
-        return out[1]
+
+        def attend(weights):  # heads side by side, then the output projection
+            return module.out_proj((weights @ v).transpose(1, 2).reshape(output.shape))
+        torch.testing.assert_close(attend(causal_softmax(scores)), output)  # with the mask: the module's own output
+        return attend(scores.softmax(dim=-1))
 
     idx = tokens()
     changed = idx.clone()
     changed[:, 6] = (changed[:, 6] + 1) % TINY["vocab_size"]
-    masked = model(idx, idx)[0], model(changed, changed)[0]
-    assert torch.equal(masked[0][:, :6], masked[1][:, :6])
+    masked, masked_changed = model(idx, idx)[0], model(changed, changed)[0]
+    assert torch.equal(masked[:, :6], masked_changed[:, :6])  # with the mask, no position before 6 sees token 6
     for block in model.decoder_blocks:
         block.cross_attn.register_forward_hook(unmasked)
     logits, logits_changed = model(idx, idx)[0], model(changed, changed)[0]
