@@ -11,7 +11,7 @@ random seeds, through train.py: two suites, each resumable (run the same command
     python -m lab.study --suite=gpt2 --summary           # the table of results so far, with paired differences
     python -m lab.study --suite=gpt2 --results=my_rerun  # train everything again into another folder
 
-Logs go to lab/results/<suite>_study/<run>_seed<N>/log.jsonl (read by notebooks/02_loss_curves.ipynb); a run whose log
+Logs go to lab/results/<folder>/<run>_seed<N>/log.jsonl (read by notebooks/02_loss_curves.ipynb); a run whose log
 reaches max_iters is done, one with a checkpoint resumes from it. Checkpoints stay next to the logs (git ignores
 them), for evaluate.py and sample.py, and so that a run can be extended exactly by raising max_iters. Beside each log,
 study.json says whose run it is (suite, config, dataset, settings): a study refuses the runs of another.
@@ -960,7 +960,8 @@ def check_wikitext2_copy(path, split, option, suite):
 def main(argv=None):
     parser = argument_parser(__doc__, "python -m lab.study")  # no abbreviations: --seed is not --seeds
     parser.add_argument("--suite", default="gpt2", choices=sorted(SUITES), help="which study (default gpt2)")
-    parser.add_argument("--results", default=None, help="folder of the logs (default lab/results/<suite>_study)")
+    parser.add_argument("--results", default=None,
+                        help="folder of the logs (default: the suite's own, e.g. lab/results/gpt2_study)")
     parser.add_argument("--max_iters", type=int, default=None, help="steps per run (default: the suite's)")
     parser.add_argument("--seeds", type=int, default=None, help="seeds 0 .. N-1 (default: the suite's)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time on a CPU, one thread each (on CUDA: "

@@ -679,13 +679,14 @@ def test_input_folder_skips_subfolders_and_broken_links_named_like_text_files_wi
 
 
 def test_a_second_prepare_of_the_same_dataset_stops_naming_the_first_and_leaves_its_files_alone(tmp_path):
-    """The first prepare stops right after writing train.bin.tmp (told through a pipe when it is there, and when to go
-    on); a second one of the same data folder meanwhile stops with one line naming it, and the first finishes."""
+    """The first prepare stops right after writing train.bin's temporary file (told through a pipe when it is there,
+    and when to go on); a second one of the same data folder meanwhile stops with one line naming it, and the first
+    finishes."""
     (tmp_path / "t.txt").write_text(word_articles(["the", "river", "was"], 6, 30))
     args = ["--input", str(tmp_path / "t.txt"), "--tokenizer", "byte", "--min_chars", "0", "--name", "same"]
     code = ("import os, runpy, sys\nreal = os.replace\n"
             "def replace(src, dst):\n"
-            "    if src.endswith('train.bin.tmp'):\n"
+            "    if src.endswith(f'train.bin.{os.getpid()}.partial'):\n"
             "        print('written', flush=True)\n        sys.stdin.readline()\n"
             "    real(src, dst)\n"
             f"os.replace = replace\nsys.argv = ['prepare_wikipedia.py', *{args!r}]\n"
@@ -699,7 +700,7 @@ def test_a_second_prepare_of_the_same_dataset_stops_naming_the_first_and_leaves_
         pw.main([*args, "--out_dir", str(tmp_path / "data")])
     assert_one_line_error(str(second.value.code), f"{tmp_path / 'data' / 'same'} is in use by pid {first.pid} "
                           f"(prepare_wikipedia.py --input", "wait for it to finish")
-    assert (tmp_path / "data" / "same" / "train.bin.tmp").exists()
+    assert (tmp_path / "data" / "same" / f"train.bin.{first.pid}.partial").exists()
     out, err = first.communicate("\n", timeout=60)
     assert first.returncode == 0, err
     meta = json.loads((tmp_path / "data" / "same" / "meta.json").read_text())

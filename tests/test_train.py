@@ -308,7 +308,7 @@ def test_wandb_starts_after_every_check_and_a_resume_goes_on_in_the_same_wandb_r
     assert first["id"] is None and first["name"] == "out_wandb_resumed"
     run("train.py", "--out_dir=out_wandb_resumed", "--init_from=resume", "--max_iters=4", cwd=workdir, env=env)
     inits = [kwargs for kind, kwargs in calls() if kind == "init"]
-    run_id = torch.load(workdir / "out_wandb_resumed" / "ckpt.pt")["wandb_run_id"]
+    run_id = torch.load(workdir / "out_wandb_resumed" / "ckpt.pt", weights_only=True)["wandb_run_id"]
     assert run_id.startswith("run-") and inits[1]["id"] == run_id and inits[1]["resume"] == "allow"
     assert [step for kind, step in calls() if kind == "log"] == [0, 2, 4]
 
