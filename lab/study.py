@@ -588,6 +588,19 @@ def paired(logs, run, reference, key):
     return paired_stats([run_figures(logs[run][s])[key] - run_figures(logs[reference][s])[key] for s in seeds])
 
 
+def finished(suite, results, seeds, extra_seeds, max_iters=None):
+    """Whether every run a study would train is done in results: each run and picture at its seeds, and the extra
+    seeds of the runs three seeds cannot tell from the baseline (close_runs), as main would train them."""
+    s, iters = SUITES[suite], (lambda run: max_iters or suite_iters(suite, run))
+    wanted = [(s["runs"], seeds), (s.get("pictures", []), seeds[:1])]
+    base = load(results, s["runs"], seeds, iters)
+    if extra_seeds and sum(map(len, base.values())) == len(s["runs"]) * len(seeds):
+        close = close_runs(base, [run for run in s["runs"] if run != "baseline"])
+        wanted.append((["baseline"] + close if close else [], extra_seeds))
+    return all(sum(map(len, load(results, runs, seed_list, iters).values())) == len(runs) * len(seed_list)
+               for runs, seed_list in wanted)
+
+
 def close_runs(logs, runs):
     """The runs that three seeds cannot tell from the baseline: the 95% t interval of the paired best-val difference
     holds zero. With 3 seeds that interval is +-4.3 standard errors, so it takes in every run within two."""
@@ -1026,6 +1039,11 @@ def main(argv=None):
         run_config(run_settings(args.suite, run, overrides))
     check_own_runs(args.suite, results, suite["runs"] + suite.get("pictures", []),
                    seeds + suite.get("extra_seeds", []), overrides)
+    if finished(args.suite, results, seeds, extra_seeds, max_iters):  # as from a fresh clone: no data needed
+        print(f"every run of the {args.suite} study is done in {os.path.relpath(results)}/ (its logs count, the "
+              f"committed ones too): the table is `python -m lab.study --suite={args.suite} --summary`; to train it "
+              f"all again, give a folder of your own, --results=NEW_FOLDER", flush=True)
+        return 0
     make_folder(results, "--results")
     hold_folder(results, "--results")  # one study at a time in a results folder
     note_holder(results, " ".join(["study.py", *(argv if argv is not None else sys.argv[1:])]))
@@ -1043,11 +1061,6 @@ def main(argv=None):
     core = suite["runs"][:suite.get("core", 0)]
     groups = [core, [run for run in suite["runs"] if run not in core]]  # the core first: its verdicts come first
     pictures = [(run, seeds[0]) for run in suite.get("pictures", [])]  # one seed each, before the rest
-    done = load(results, suite["runs"], seeds, lambda run: max_iters or suite_iters(args.suite, run))
-    if sum(map(len, done.values())) == len(suite["runs"]) * len(seeds):
-        print(f"every run of the {args.suite} study is done in {os.path.relpath(results)}/ (its logs count, the "
-              f"committed ones too): the table is `python -m lab.study --suite={args.suite} --summary`; to train it "
-              f"all again, give a folder of your own, --results=NEW_FOLDER", flush=True)
     print(f"{args.suite} study: {len(suite['runs']) * len(seeds) + len(pictures)} runs into {os.path.relpath(results)}/"
           + (f" ({len(gpus)} GPU(s), one run on each)" if gpus else f" ({args.jobs} at a time)")
           + (f", and seeds {extra_seeds} where needed" if extra_seeds else "")
