@@ -20,6 +20,13 @@ def text(name):
         return f.read()
 
 
+def notebook_prose(name="notebooks/02_loss_curves.ipynb"):
+    """The markdown cells of a notebook, one text, as they read in the file."""
+    import nbformat
+    cells = nbformat.read(os.path.join(ROOT, name), as_version=4).cells
+    return "\n\n".join(cell.source for cell in cells if cell.cell_type == "markdown")
+
+
 def section(name, title):
     """The part of a markdown file from the heading `title` to the next heading of its level."""
     t = text(name)
@@ -141,6 +148,9 @@ def test_the_readme_gives_each_suites_training_tokens_per_parameter():
     ("lab/results.md", "gpt2_next", "encdec_none_rotary", "baseline_rotary", "best_val", "adjusted", 4),
     ("lab/results.md", "gpt2_next", "encdec_none_rotary", "baseline_rotary", "late_val", "adjusted", 3),
     ("lab/results.md", "gpt2_heldout", "encdec_none", "baseline", "late_val", "adjusted", 4),
+    ("notebooks/02_loss_curves.ipynb", "byte", "encdec_none", "baseline", "final_val", "raw", 4),
+    ("notebooks/02_loss_curves.ipynb", "byte", "encdec_none", "smaller_baseline", "final_val", "raw", 4),
+    ("notebooks/02_loss_curves.ipynb", "gpt2", "encdec_mse_pos_sub", "encdec_pos_sub", "best_val", "raw", 4),
 ])
 def test_a_quoted_interval_is_the_logs_rounded_once(name, suite, a, b, figure, which, decimals):
     row = claims(suite)[(a, b, figure)]
@@ -148,7 +158,8 @@ def test_a_quoted_interval_is_the_logs_rounded_once(name, suite, a, b, figure, w
     quoted = interval(ci, decimals)
     if which == "raw":
         quoted = f"{signed(row['mean'], decimals)} {quoted}"
-    assert quoted in text(name).replace("\n  ", " ").replace("\n", " "), quoted
+    prose = notebook_prose(name) if name.endswith(".ipynb") else text(name)
+    assert quoted in prose.replace("\n  ", " ").replace("\n", " "), quoted
 
 
 def test_the_readme_gives_the_late_val_gain_the_control_and_their_difference_with_holms_intervals():
@@ -177,6 +188,7 @@ def test_results_md_counts_the_gpt2_suites_raw_intervals_that_exclude_zero():
     m = len(secondary)
     quoted = f"{excluding} of the {m} raw intervals exclude zero, where about {round(0.05 * m)} would (5% of {m})"
     assert quoted in text("lab/results.md").replace("\n  ", " "), quoted
+    assert quoted in notebook_prose().replace("\n  ", " "), quoted  # the notebook's closing section repeats it
 
 
 def test_the_rotary_lead_at_matched_train_loss_is_quoted_over_every_level():
@@ -186,7 +198,8 @@ def test_the_rotary_lead_at_matched_train_loss_is_quoted_over_every_level():
     figures = study.fit_or_overfit(logs_of("gpt2_next"), "encdec_none_rotary", "baseline_rotary", levels)[:10]
     means = [p["mean"] for _, p in figures]
     results = text("lab/results.md").replace("\n  ", " ")
-    assert f"the difference ranges from {signed(min(means))} to {signed(max(means))}" in results
+    for prose in (results, notebook_prose().replace("\n  ", " ")):
+        assert f"the difference ranges from {signed(min(means))} to {signed(max(means))}" in prose
     assert f"shrinks to between {signed(min(means))} and {signed(max(means))}" in \
         section("README.md", "## What the experiments found").replace("\n  ", " ")
     excluding = [(level, p) for level, (_, p) in zip(levels, figures) if p["ci"][0] > 0 or p["ci"][1] < 0]
