@@ -6,6 +6,7 @@ that drifts from what its source gives fails here.
 import functools
 import os
 import re
+import subprocess
 
 import pytest
 
@@ -206,3 +207,60 @@ def test_the_rotary_lead_at_matched_train_loss_is_quoted_over_every_level():
     quoted = " and ".join(f"{signed(p['mean'])} {interval(p['ci'])} at {level}" for level, p in excluding)
     assert f"{quoted}, the {['one', 'two', 'three'][len(excluding) - 1]} levels of ten" in results, \
         quoted
+
+
+# -----------------------------------------------------------------------------
+# what was fixed before the runs: lab/README.md's commits, against the repository's history
+
+
+def git(*args):
+    """The output of a git command in the repository, or a skip where there is no history to read (no git, an
+    unpacked archive, a shallow clone)."""
+    try:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        pytest.skip("git is not available")
+    if done.returncode != 0 or git_is_shallow():
+        pytest.skip("no full git history here")
+    return done.stdout
+
+
+@functools.lru_cache(maxsize=None)
+def git_is_shallow():
+    done = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=ROOT, capture_output=True, text=True)
+    return done.returncode != 0 or done.stdout.strip() != "false"
+
+
+def first_commit_adding(string):
+    """The commit that first wrote `string` into study.py (at the top level before lab/ existed)."""
+    return git("log", "--reverse", "--abbrev=7", "--format=%h", "-S", string, "--", "study.py", "lab/study.py").split()[0]
+
+
+def log_commits(folder):
+    """[(commit, files)] that added or changed a suite's logs, oldest first (before lab/ existed: results/<folder>)."""
+    out = git("log", "--reverse", "--diff-filter=AM", "--abbrev=7", "--format=@%h", "--name-only", "--",
+              f"results/{folder}", f"lab/results/{folder}")
+    return [(block.split()[0], block.split()[1:]) for block in out.split("@") if block.strip()]
+
+
+def is_ancestor(a, b):
+    return subprocess.run(["git", "merge-base", "--is-ancestor", a, b], cwd=ROOT).returncode == 0
+
+
+def test_lab_readme_names_the_commits_that_fixed_each_suites_claims_in_the_order_it_says():
+    families, next_steps = first_commit_adding("PRIMARY = ["), first_commit_adding("NEXT_STEPS = [")
+    control = first_commit_adding('"baseline_slow", "baseline"')
+    readme = text("lab/README.md")
+    for commit in (families, next_steps, control):
+        assert f"`{commit}`" in readme, commit
+    for folder in ("cpu_study", "gpt2_study", "gpt2_long"):  # the families came after every log of these suites
+        last = log_commits(folder)[-1][0]
+        assert is_ancestor(last, families) and f"`{last}`" in readme, folder
+    first = log_commits("gpt2_next")[0][0]  # gpt2_next's family came before its first log
+    assert is_ancestor(next_steps, first) and next_steps != first and f"`{first}`" in readme
+    heldout = log_commits("gpt2_heldout")  # the control's claims: after seed 0 of every run, before any other seed
+    seed0 = [commit for commit, files in heldout if any("_seed0/" in f for f in files)]
+    later = [commit for commit, files in heldout if any(re.search(r"_seed[1-9]/", f) for f in files)]
+    assert len(seed0) == 2 and all(is_ancestor(commit, control) for commit in seed0)
+    assert later and not any(is_ancestor(commit, control) for commit in later)
+    assert f"`{seed0[-1]}`" in readme and f"`{later[0]}`" in readme and f"`{heldout[-1][0]}`" in readme
