@@ -233,7 +233,8 @@ def git_is_shallow():
 
 def first_commit_adding(string):
     """The commit that first wrote `string` into study.py (at the top level before lab/ existed)."""
-    return git("log", "--reverse", "--abbrev=7", "--format=%h", "-S", string, "--", "study.py", "lab/study.py").split()[0]
+    out = git("log", "--reverse", "--abbrev=7", "--format=%h", "-S", string, "--", "study.py", "lab/study.py")
+    return out.split()[0]
 
 
 def log_commits(folder):
