@@ -265,3 +265,11 @@ def test_lab_readme_names_the_commits_that_fixed_each_suites_claims_in_the_order
     assert len(seed0) == 2 and all(is_ancestor(commit, control) for commit in seed0)
     assert later and not any(is_ancestor(commit, control) for commit in later)
     assert f"`{seed0[-1]}`" in readme and f"`{later[0]}`" in readme and f"`{heldout[-1][0]}`" in readme
+
+
+def test_the_readme_says_where_the_long_runs_turn_and_how_much_slower_the_control_learns():
+    found = section("README.md", "## What the experiments found").replace("\n  ", " ")
+    steps = [study.run_figures(log)["best_iter"] for runs in logs_of("gpt2_long").values() for log in runs.values()]
+    assert f"From between steps {min(steps):,} and {max(steps):,} on, every model overfits" in found
+    rate = lambda run: read_config(os.path.join(ROOT, study.config_file("gpt2_heldout", run)))["learning_rate"]
+    assert f"a {100 * (1 - rate('baseline_slow') / rate('baseline')):.1f}% lower learning rate" in found
