@@ -4,6 +4,7 @@ that drifts from what its source gives fails here.
     python -m pytest -q tests/test_figures.py
 """
 import functools
+import json
 import os
 import re
 import subprocess
@@ -22,19 +23,17 @@ def text(name):
 
 
 def notebook_prose(name="notebooks/02_loss_curves.ipynb"):
-    """The markdown cells of a notebook, one text, as they read in the file."""
-    import nbformat
-    cells = nbformat.read(os.path.join(ROOT, name), as_version=4).cells
-    return "\n\n".join(cell.source for cell in cells if cell.cell_type == "markdown")
+    """The markdown cells of a notebook (a JSON file), one text, as they read in the file."""
+    cells = json.loads(text(name))["cells"]
+    return "\n\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "markdown")
 
 
 def section(name, title):
     """The part of a markdown file from the heading `title` to the next heading of its level."""
-    t = text(name)
+    t, hashes = text(name), title.split(" ")[0]
     start = t.index(title)
-    level = t[:start].rsplit("\n", 1)[-1] + title.split(" ", 1)[0]
-    end = t.find("\n" + level.split(" ")[0] + " ", start + len(title))
-    return t[start:end if end > 0 else None]
+    end = t.find("\n" + hashes + " ", start + len(title))
+    return t[start:] if end < 0 else t[start:end]
 
 
 def signed(value, decimals=3):
