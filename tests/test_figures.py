@@ -132,6 +132,9 @@ def test_the_readme_gives_each_suites_training_tokens_per_parameter():
     quoted = (f"{min(gpt2):.2f}-{max(gpt2):.2f} training tokens per parameter in the GPT-2-token suites, "
               f"{per_parameter['byte']:.2f} in the byte suite; the write-up's: {write_up:.1f}")
     assert quoted in section("README.md", "## What the experiments found").replace("\n  ", " "), quoted
+    ratios = [write_up] + list(per_parameter.values())  # and the regime table's own row
+    row = "| training tokens per parameter | " + " | ".join(f"{r:.2f}" for r in ratios) + " |"
+    assert row in text("lab/results.md"), row
 
 
 # -----------------------------------------------------------------------------
