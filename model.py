@@ -31,7 +31,8 @@ class ModelConfig:
     dropout: float = 0.0  # dropout probability on E, the attention weights and every residual branch
     bias: bool = False  # biases in the Linear layers and LayerNorms (LayerNorm_a and _b have theirs anyway)
     rotary: bool = False  # rotary positions (RoPE) in every attention, instead of a learned table added to E
-    # The encoder-decoders' flags, None: the default named last (the baseline's: embedding_loss none, sub_pos_embed no)
+    # The encoder-decoders' flags. None: check_flags fills in the default each comment ends with (the write-up's best
+    # configuration); for the baseline, embedding_loss none and sub_pos_embed no
     n_encoder_layer: Optional[int] = None  # layers of the encoder; None: n_layer
     n_decoder_layer: Optional[int] = None  # layers of the decoder; None: n_layer
     cross_n_head: Optional[int] = None  # heads of the cross-attention; None: 2 x n_head
@@ -78,9 +79,10 @@ class Attention(nn.Module):
         else:
             self.qkv_proj = nn.Linear(C, 3 * C, bias=config.bias)  # fused q, k, v
         self.out_proj = nn.Linear(C, C, bias=config.bias)
-        self.out_proj.residual = True  # gets the 1/sqrt(2 x layers) init
+        self.out_proj.residual = True  # it adds to the residual stream: a smaller init (Transformer.__init__)
         self.dropout, self.resid_dropout, self.rotary = config.dropout, nn.Dropout(config.dropout), config.rotary
         self.keep_weights, self.weights = False, None  # see Transformer.keep_attention_weights
+        self.number = None  # its buffer in a KV cache; Transformer.__init__ numbers every Attention
 
     def forward(self, x, pos, context=None, cache=None):
         B, T, C = x.size()
@@ -189,7 +191,8 @@ class Transformer(nn.Module):
         self.wte.weight = self.lm_head.weight  # weight tying
         for number, attention in enumerate(m for m in self.modules() if isinstance(m, Attention)):
             attention.number = number  # its buffer in a KV cache
-        # GPT-2 init; residual projections scaled by 1/sqrt(2 x layers)
+        # GPT-2 init: std 0.02, and 0.02 / sqrt(2 x n_layer) for the projections into the residual stream (two per
+        # layer; n_layer counts an encoder-decoder's layers per side)
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 std = 0.02 / math.sqrt(2 * c.n_layer) if getattr(module, "residual", False) else 0.02
