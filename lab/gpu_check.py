@@ -1,7 +1,7 @@
 """
 The first command to run on a machine with a CUDA GPU: does everything that needs one work there, and how fast?
 
-    python -m lab.gpu_check               # about 6 minutes on one GPU; its work and outputs in gpu_check/
+    python -m lab.gpu_check               # meant for 6 minutes or less on one H100; its work in gpu_check/
     python -m lab.gpu_check --jobs=2      # fewer steps at a time, if GPU memory is short
     python -m lab.gpu_check --only=race   # the steps whose names match a regular expression
 
