@@ -193,6 +193,10 @@ def out_of_memory(error):
     return (machine_error(error, "") or "").startswith("out of memory")
 
 
+def compile_failed(error):
+    return (machine_error(error, "") or "").startswith("torch.compile")
+
+
 def largest_fitting(config, sequences, device, dtype, compile):
     """(Trainer, micro-batch, warm-up seconds) of one optimizer step of `sequences` sequences at the largest
     micro-batch, a divisor of it, whose step fits in memory; the accumulation makes up the rest of the step."""
@@ -240,10 +244,19 @@ def train_race(args):
         trainers["HF GPT2LMHeadModel"] = Trainer(configs["baseline"], micro, device, dtype, args.compile, hf=True)
     except ImportError:
         print("train race: Hugging Face row skipped: transformers is not installed (pip install transformers)")
-    warmup = {}
+    warmup, eager = {}, set()  # eager: the models whose compile failed, raced uncompiled
     for k, t in trainers.items():
         t0 = time.perf_counter()
-        t.step(), t.step()
+        try:
+            t.step(), t.step()
+        except Exception as e:
+            if not compile_failed(e):
+                raise
+            print(f"train race: {k}: {machine_error(e, '')}; raced eager instead", flush=True)
+            eager.add(k)
+            t.forward = t.model
+            t.optimizer.zero_grad(set_to_none=True)
+            t.step(), t.step()
         warmup[k] = time.perf_counter() - t0
     times = {k: [] for k in trainers}
     for _ in range(repeats):
@@ -256,7 +269,8 @@ def train_race(args):
         t.step(parts)
         per_token = (t.model if not t.hf else trainers["ours baseline"].model).flops_per_token(T)
         hf = speed.get("HF GPT2LMHeadModel")
-        row = dict(model=k, micro_batch=micro, tokens_per_s=speed[k], vs_hf=speed[k] / hf if hf else None,
+        row = dict(model=k, compiled=args.compile and k not in eager, micro_batch=micro, tokens_per_s=speed[k],
+                   vs_hf=speed[k] / hf if hf else None,
                    vs_baseline=speed[k] / speed["ours baseline"], mfu=per_token * speed[k] / peak,
                    warmup_s=warmup[k], parts=parts)
         rows.append(row)
@@ -272,7 +286,8 @@ def train_race(args):
     sequences, step_rows = args.step_sequences, []
     print(f"optimizer step: {sequences} x {T} tokens, at the largest micro-batch that fits (a divisor of "
           f"{sequences}), median of {max(2, repeats // 2)} interleaved steps", flush=True)
-    fitted = {f"ours {v}": largest_fitting(c, sequences, device, dtype, args.compile) for v, c in configs.items()}
+    fitted = {f"ours {v}": largest_fitting(c, sequences, device, dtype, args.compile and f"ours {v}" not in eager)
+              for v, c in configs.items()}
     step_times = {k: [] for k in fitted}
     for _ in range(max(2, repeats // 2)):
         for k, (t, _, _) in fitted.items():
@@ -341,13 +356,20 @@ def decode_race(args):
                                generator=torch.Generator().manual_seed(batch)).to(device)
         times, outs, warmup = {k: [] for k in models}, {}, {}
         with torch.inference_mode():
-            for k, (_, run) in models.items():  # warm-up: a compiled row compiles here (again for a new batch size)
+            for k, (_, run) in list(models.items()):  # warm-up: a compiled row compiles here (again for a new batch)
                 seconds = []
-                for _ in range(2):  # the first call's extra time over the same call again: its one-time cost
-                    t0 = time.perf_counter()
-                    run(prompt[:, :4])
-                    sync(device)
-                    seconds.append(time.perf_counter() - t0)
+                try:
+                    for _ in range(2):  # the first call's extra time over the same call again: its one-time cost
+                        t0 = time.perf_counter()
+                        run(prompt[:, :4])
+                        sync(device)
+                        seconds.append(time.perf_counter() - t0)
+                except Exception as e:
+                    if not compile_failed(e):
+                        raise
+                    print(f"decode: {k} left out: {machine_error(e, '')}", flush=True)
+                    del models[k], times[k]
+                    continue
                 warmup[k] = seconds[0] - seconds[1]
             for _ in range(args.decode_repeats):
                 for k, (_, run) in models.items():

@@ -153,3 +153,27 @@ def test_decode_race_on_a_device_that_is_missing_is_one_line():
     result = run("lab/bench.py", "--decode_only", "--device=cuda", cwd=ROOT, env={"CUDA_VISIBLE_DEVICES": ""},
                  check=False)
     assert_one_line_error(result, "device='cuda' but CUDA is not available here", "--device=cpu")
+
+
+def test_training_race_races_a_model_whose_compile_fails_eager_saying_so_in_one_line(tmp_path, monkeypatch, capsys):
+    import argparse
+    import torch
+    from lab import bench
+    tiny_configs(tmp_path, monkeypatch)
+
+    class BackendCompilerFailed(Exception):  # what torch.compile raises (by this name) when the compiler fails
+        pass
+
+    def compile(model):
+        if getattr(getattr(model, "config", None), "variant", None) != "encdec":
+            return model
+        return lambda *args, **kwargs: (_ for _ in ()).throw(BackendCompilerFailed("TypeError: list indices"))
+    monkeypatch.setattr(torch, "compile", compile)
+    args = argparse.Namespace(device="cpu", dtype="float32", configs="tiny", batch_size=2, step_sequences=2,
+                              repeats=1, quick=True, compile=True)
+    rows = {r["model"]: r for r in bench.train_race(args)["rows"]}
+    assert not rows["ours encdec"]["compiled"] and rows["ours encdec"]["tokens_per_s"] > 0
+    assert rows["ours baseline"]["compiled"]
+    lines = [line for line in capsys.readouterr().out.splitlines() if "raced eager instead" in line]
+    assert lines == ["train race: ours encdec: torch.compile could not build the model (TypeError: list indices); "
+                     "use --compile=False, or install a C++ compiler; raced eager instead"]
