@@ -37,6 +37,8 @@ from data import write_atomic  # noqa: E402
 
 VARIANTS = {"baseline": "config/paper_baseline.py", "encdec": "config/paper_encdec_mse_pos_sub.py",
             "parallel": "config/paper_parallel.py"}
+# the write-up's micro-batch, whatever the config's: a few GB each, so that several runs share one GPU's memory
+MICRO_BATCH = ["--batch_size=50", "--gradient_accumulation_steps=2"]
 # --tiny (how the tests check this script on a CPU): the same steps, at a few thousand parameters
 TINY_MODEL = ["--n_layer=1", "--n_embed=40", "--n_head=2", "--context_size=32", "--batch_size=2",
               "--gradient_accumulation_steps=2"]
@@ -149,7 +151,7 @@ def steps(args, python):
                 command = train + [os.path.join(ROOT, config), "--dataset=gpu_check", f"--out_dir={run_dir}",
                                    f"--device={device}", f"--dtype={dtype}", f"--compile={compiled}",
                                    "--max_iters=3", "--eval_interval=3", "--eval_iters=2", "--log_interval=1",
-                                   "--overwrite=True", *model_flags]
+                                   "--overwrite=True", *(model_flags or MICRO_BATCH)]
                 side_by_side.append(Step(name, [command], 300 if compiled else 120,
                                          train_figure(os.path.join(args.out, run_dir, "log.jsonl"))))
 
