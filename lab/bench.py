@@ -26,7 +26,8 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # also as `python lab/bench.py`
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # also as `python lab/bench.py`
 from configurator import add_flag, argument_parser, machine_error, matmul_peak, pick_device, read_config, sync
 from model import ModelConfig, build_model, logits_needed
 
@@ -37,7 +38,7 @@ CONFIGS = {  # name -> config files; the model flags are read from them, as trai
 
 
 def model_config(path):
-    settings = read_config(path)
+    settings = read_config(path if os.path.exists(path) else os.path.join(ROOT, path))  # from any working folder
     return ModelConfig(**{k: settings[k] for k in ModelConfig.flags() if k in settings})
 
 
