@@ -330,7 +330,7 @@ def run_all(suite, results, jobs, max_iters, n_jobs, overrides=(), gpus=()):
 # Where no GPU is here to time on, the cost comes from training tokens/s measured on one NVIDIA H200 (torch 2.11,
 # micro-batch 50 x 200 tokens, bf16 autocast, fused AdamW, one run each): the baseline compiled; the encoder-decoder
 # eager, as its compile failed there (eager baseline: 250,336). `python -m lab.gpu_check` measures them anew.
-MEASURED_TOKENS_PER_S = {"baseline": (304_198, "compiled"), "encdec": (142_677, "eager"), "parallel": None}
+MEASURED_TOKENS_PER_S = {"baseline": (304_198, "compiled"), "encdec": (142_677, "eager")}  # the paper suite's shapes
 
 
 def parse_overrides(args):
@@ -474,8 +474,8 @@ def plan(suite, runs, seeds, overrides, max_iters, n_parallel, can_measure, extr
         settings = run_settings(suite, run, overrides)
         iters = max_iters or settings["max_iters"]
         params, per_token, flops = run_cost(settings, iters)
-        speed = measured_tokens_per_s(settings) if can_measure else (MEASURED_TOKENS_PER_S[settings["variant"]]
-                                                                      or (None,))[0]
+        speed = measured_tokens_per_s(settings) if can_measure else (
+            MEASURED_TOKENS_PER_S.get(settings["variant"], (None,))[0] if suite == "paper" else None)
         hours = flops / per_token / speed / 3600 if speed else None  # FLOPs / (FLOPs per token) = tokens, evals at 1/3
         rows.append((run, params, per_token, flops, speed, hours))
         total_flops += flops * len(seeds)
@@ -504,10 +504,12 @@ def plan(suite, runs, seeds, overrides, max_iters, n_parallel, can_measure, extr
               f"{total_hours:.1f} device-hours; with {n_parallel} run(s) at a time, about "
               f"{total_hours / n_parallel:.1f} h" + "".join(f"; {note}" for note in notes), flush=True)
     else:
-        speeds = "; ".join(f"{variant} {s[1]} {s[0]:,}" for variant, s in MEASURED_TOKENS_PER_S.items() if s)
+        speeds = "; ".join(f"{variant} {s[1]} {s[0]:,}" for variant, s in MEASURED_TOKENS_PER_S.items())
+        missing = [row[0] for row in rows if not row[4]]
         print(f"cost, with no {settings['device']} device here to measure on, at the training tokens/s measured on "
               f"one NVIDIA H200 (torch 2.11, micro-batch 50 x 200, bf16: {speeds}): {total_hours:.1f} H200 GPU-hours; "
-              f"one run per GPU, so N GPUs take 1/N of that; `python -m lab.gpu_check` on your GPU measures its own",
+              f"one run per GPU, so N GPUs take 1/N of that; `python -m lab.gpu_check` on your GPU measures its own"
+              + f"; not counted, with no speed measured at their shapes: {', '.join(missing)}" * bool(missing),
               flush=True)
     return total_flops, total_hours
 
