@@ -16,7 +16,7 @@ Its steps, each in a process of its own with its own time limit (output: gpu_che
 It needs no download: the training steps read a generated dataset of random GPT-2 token ids (data/gpu_check).
 It prints one table, a row per step as it ends: ok, short (it ran, and a figure missed its target) or FAIL (an
 error or its time limit: the last line of its output). Exit status 1 if any step failed, else 0; without a CUDA GPU,
-one line and exit status 1.
+one line and exit status 1. The table is also written to gpu_check/summary.json.
 """
 import argparse
 import json
@@ -271,14 +271,18 @@ def main():
     def run(step):
         status, figure, seconds = step.run(args.out, env, force_failure=step.name == args.fail)
         print(f"| {step.name:32} | {status:6} | {figure:60} | {seconds:>7.0f} |", flush=True)
-        results.append(status)
+        results.append(dict(step=step.name, status=status, figure=figure, seconds=round(seconds, 1)))
     with ThreadPoolExecutor(args.jobs) as pool:
         list(pool.map(run, side_by_side))
     for step in alone:
         run(step)
-    failed = results.count("FAIL")
-    print(f"{n} step{'s' * (n != 1)} in {time.time() - start:.0f} s: {results.count('ok')} ok, "
-          f"{results.count('short')} short of a target, {failed} failed", flush=True)
+    statuses = [r["status"] for r in results]
+    write_atomic(os.path.join(args.out, "summary.json"), json.dumps(dict(device=device, torch=torch.__version__,
+                                                                         steps=results), indent=1).encode())
+    failed = statuses.count("FAIL")
+    print(f"{n} step{'s' * (n != 1)} in {time.time() - start:.0f} s: {statuses.count('ok')} ok, "
+          f"{statuses.count('short')} short of a target, {failed} failed; the table in {args.out}/summary.json, the "
+          f"races' figures in race_train.json and race_decode.json", flush=True)
     sys.exit(1 if failed else 0)
 
 

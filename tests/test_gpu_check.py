@@ -33,6 +33,8 @@ def test_its_steps_run_on_the_cpu_and_a_failing_step_is_a_FAIL_row_and_exit_stat
     assert table["resume float16"] == ("ok", "5 evaluations identical, to step 4")
     assert table["ddp torchrun"][0] == "ok" and "losses of one plain process" in table["ddp torchrun"][1]
     assert "2 steps in" in result.stdout and "2 ok, 0 short of a target, 0 failed" in result.stdout
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert {r["step"]: (r["status"], r["figure"]) for r in summary["steps"]} == table
     result = run("lab/gpu_check.py", "--device=cpu", "--tiny", f"--out={tmp_path / 'b'}",
                  "--only=baseline float16 eager", "--fail=train baseline float16 eager", cwd=tmp_path, check=False)
     assert result.returncode == 1 and rows(result.stdout) == {"train baseline float16 eager": (
