@@ -80,12 +80,13 @@ def test_compiled_decoding_row_gives_the_eager_tokens_and_its_compile_cost(tmp_p
 
 def tiny_configs(tmp_path, monkeypatch):
     """bench.CONFIGS["tiny"]: the three variants at a few thousand parameters."""
+    from lab import bench
     paths = []
     for variant in ("baseline", "encdec", "parallel"):
         paths.append(tmp_path / f"tiny_{variant}.py")
         paths[-1].write_text(f'variant = "{variant}"\nn_embed = 16\nn_head = 2\nn_layer = 1\nvocab_size = 64\n'
                              'context_size = 16\n')
-    monkeypatch.setitem(__import__("lab.bench").bench.CONFIGS, "tiny", [str(p) for p in paths])
+    monkeypatch.setitem(bench.CONFIGS, "tiny", [str(p) for p in paths])
 
 
 def test_training_race_reports_every_model_against_hf_and_the_optimizer_step_with_its_parts(tmp_path, monkeypatch,
