@@ -315,13 +315,14 @@ class Transformer(nn.Module):
         add up to top_p (nucleus sampling). stop_token: a sequence that drew it repeats it, and once all have,
         generation stops. use_cache, compile: faster (the KV cache, after the model)."""
         ctx, filled = self.config.context_size, 0  # filled: positions in the cache, counted here, not on the device
-        one_token_step, lm_head_t = fast_decoding(self, compile)  # decode_step, compiled or not; lm_head.weight.T
+        # decode_step, compiled or not; lm_head.weight.T; new_cache(): an empty KV cache (compiled: the model's own)
+        one_token_step, lm_head_t, new_cache = fast_decoding(self, compile, idx)
         done = None  # (B, 1): which sequences drew stop_token
         for _ in range(max_new_tokens):
             if use_cache and 0 < filled < ctx:  # only the newest token: the cache holds the others' keys / values
                 logits, filled = one_token_step(idx_next, cache, lm_head_t), filled + 1
             else:  # the whole window: the first step, no cache, or a window that slid (a new cache)
-                cache = {} if use_cache else None
+                cache = new_cache() if use_cache else None
                 logits, filled = self.decode_step(idx[:, -ctx:], cache, lm_head_t), min(idx.size(1), ctx)
             logits = (logits - logits.amax(-1, keepdim=True)) / temperature  # max 0: no overflow at any temperature
             if top_k not in (None, 1):
@@ -405,12 +406,39 @@ def causal_attention(q, k, v, dropout_p, mask=None):
     return y[..., :hs]
 
 
-def fast_decoding(model, compile):
-    """generate's one-token step: decode_step, or its torch.compile(fullgraph=True) graph, made at the first call, once
-    per model; and the output layer's weight transposed, (C, vocab): one row's logits come ~4x faster on a CPU."""
-    one_token_step = model.decode_step if not compile else model.__dict__.setdefault(
-        "compiled_step", torch.compile(model.decode_step, fullgraph=True))
-    return one_token_step, model.lm_head.weight.T.contiguous()
+def fast_decoding(model, compile, idx):
+    """generate's one-token step, the output layer's weight transposed (C, vocab): one row's logits come ~4x faster on a
+    CPU, and new_cache(), an empty KV cache. compile: decode_step's torch.compile(fullgraph=True) graph, made once per
+    model; on CUDA also a CUDA graph (mode="reduce-overhead"): each token replays the step's hundreds of kernels as
+    one launch. A graph reads its inputs at fixed addresses, so the transposed weight and the cache are then the
+    model's own, kept for the next call of the same batch size and precision (a new cache: the old one, emptied)."""
+    lm_head_t = model.lm_head.weight.T.contiguous()
+    if not compile:
+        return model.decode_step, lm_head_t, dict
+    cuda = idx.device.type == "cuda"
+    step = model.__dict__.setdefault(f"compiled_step_{cuda}", torch.compile(
+        model.decode_step, fullgraph=True, mode="reduce-overhead" if cuda else None))
+    autocast = torch.is_autocast_enabled(idx.device.type) and torch.get_autocast_dtype(idx.device.type)
+    key = (idx.size(0), str(idx.device), autocast, lm_head_t.dtype)
+    kept = model.__dict__.get("decoding_buffers")
+    if kept is None or kept["key"] != key:  # cache: filled by generate's first (eager) step; static: marked yet?
+        kept = model.__dict__["decoding_buffers"] = dict(key=key, lm_head_t=lm_head_t, cache={}, static=[])
+    kept["lm_head_t"].copy_(lm_head_t)  # the weights of now, at the address the graph reads
+
+    def new_cache():
+        if kept["cache"]:
+            kept["cache"]["length"].zero_()  # stale keys / values are masked until overwritten
+        return kept["cache"]
+
+    def one_token_step(idx_next, cache, lm_head_t):
+        if not kept["static"]:  # tensors the graph may write in place, and reads without a copy each call
+            for t in (lm_head_t, cache["length"], *cache["kv"].values()):
+                torch._dynamo.mark_static_address(t)
+            kept["static"].append(True)
+        if cuda:
+            torch.compiler.cudagraph_mark_step_begin()  # the last step's logits are used: its buffers may be reused
+        return step(idx_next, cache, lm_head_t)
+    return one_token_step, kept["lm_head_t"], new_cache
 
 
 class LinearCrossEntropy(torch.autograd.Function):

@@ -193,6 +193,19 @@ def test_compiled_decode_step_is_one_graph_for_every_position_and_gives_the_eage
         assert torch.equal(model.generate(prompt, 2 * TINY["context_size"], top_k=1, compile=True), eager)
 
 
+def test_compiled_decoding_keeps_its_cache_for_the_next_call_and_reads_the_weights_of_now():
+    torch._dynamo.reset()
+    model = tiny(variant="encdec").eval()
+    first, second = tokens(B=2, T=5), tokens(B=2, T=3).flip(0)
+    assert torch.equal(model.generate(first, 6, top_k=1, compile=True), model.generate(first, 6, top_k=1))
+    with torch.no_grad():  # trained on between two calls: the next one must decode with the new weights
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    with torch._dynamo.config.patch(error_on_recompile=True):  # the same cache tensors, at the same addresses
+        compiled = model.generate(second, 6, top_k=1, compile=True)
+    assert torch.equal(compiled, model.generate(second, 6, top_k=1))
+
+
 @pytest.mark.parametrize("variant", ["baseline", "encdec"])
 def test_greedy_generation_appends_the_argmax_of_the_forward_logits(variant):
     model = tiny(variant=variant).eval()

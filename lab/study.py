@@ -327,10 +327,10 @@ def run_all(suite, results, jobs, max_iters, n_jobs, overrides=(), gpus=()):
 # -----------------------------------------------------------------------------
 # the plan and its cost, before a suite starts
 
-# bf16 dense peaks of the data sheets, and the share of it assumed where no GPU is here to measure: the models are
-# narrow (150-160 wide), so most matmuls are small; only the 50,257-row output layer is large
-PEAKS = {"A100": 312e12, "H100": 989e12}
-ASSUMED_MFU = 0.2
+# Where no GPU is here to time on, the cost comes from training tokens/s measured on one NVIDIA H200 (torch 2.11,
+# micro-batch 50 x 200 tokens, bf16 autocast, fused AdamW, one run each): the baseline compiled; the encoder-decoder
+# eager, as its compile failed there (eager baseline: 250,336). `python -m lab.gpu_check` measures them anew.
+MEASURED_TOKENS_PER_S = {"baseline": (304_198, "compiled"), "encdec": (142_677, "eager")}  # the paper suite's shapes
 
 
 def parse_overrides(args):
@@ -467,14 +467,15 @@ def measured_tokens_per_s(settings, steps=5):
 
 def plan(suite, runs, seeds, overrides, max_iters, n_parallel, can_measure, extra_seeds=()):
     """Prints what a suite will train and what it costs: FLOPs per run, and hours at the throughput measured on the
-    device it will use, or (no such device here) at ASSUMED_MFU of an A100's and an H100's bf16 peak. extra_seeds:
+    device it will use, or (no such device here) at MEASURED_TOKENS_PER_S, measured on a named GPU. extra_seeds:
     seeds added for the runs that the first ones cannot tell from the baseline, at most every run's."""
     rows, total_flops, total_hours = [], 0, 0
     for run in runs:
         settings = run_settings(suite, run, overrides)
         iters = max_iters or settings["max_iters"]
         params, per_token, flops = run_cost(settings, iters)
-        speed = measured_tokens_per_s(settings) if can_measure else None
+        speed = measured_tokens_per_s(settings) if can_measure else (
+            MEASURED_TOKENS_PER_S.get(settings["variant"], (None,))[0] if suite == "paper" else None)
         hours = flops / per_token / speed / 3600 if speed else None  # FLOPs / (FLOPs per token) = tokens, evals at 1/3
         rows.append((run, params, per_token, flops, speed, hours))
         total_flops += flops * len(seeds)
@@ -485,13 +486,11 @@ def plan(suite, runs, seeds, overrides, max_iters, n_parallel, can_measure, extr
           f"runs of {iters:,} steps x {settings['batch_size'] * settings['gradient_accumulation_steps']} sequences x "
           f"{settings['context_size']} tokens, on data/{settings['dataset']}, {device}")
     print("| run | parameters | MFLOPs per token | PFLOPs per run (with evaluations) | "
-          + ("measured tokens/s | hours per run |" if can_measure else
-             " | ".join(f"{gpu} hours per run at {ASSUMED_MFU:.0%} MFU" for gpu in PEAKS) + " |"))
+          + ("measured tokens/s | hours per run |" if can_measure else "H200 tokens/s | H200 hours per run |"))
     print("|---" * 6 + "|")
     for run, params, per_token, flops, speed, hours in rows:
         print(f"| {run} | {params:,} | {per_token / 1e6:.1f} | {flops / 1e15:.1f} | "
-              + (f"{speed:,.0f} | {hours:.2f} |" if can_measure else
-                 " | ".join(f"{flops / (ASSUMED_MFU * peak) / 3600:.2f}" for peak in PEAKS.values()) + " |"))
+              + (f"{speed:,.0f} | {hours:.2f} |" if speed else "not measured | |"))
     print(f"total: {total_flops:.2e} FLOPs")
     if can_measure:
         extra = total_hours / len(seeds) * len(extra_seeds) / n_parallel  # at most: every run given the extra seeds
@@ -505,11 +504,13 @@ def plan(suite, runs, seeds, overrides, max_iters, n_parallel, can_measure, extr
               f"{total_hours:.1f} device-hours; with {n_parallel} run(s) at a time, about "
               f"{total_hours / n_parallel:.1f} h" + "".join(f"; {note}" for note in notes), flush=True)
     else:
-        gpu_hours = {gpu: total_flops / (ASSUMED_MFU * peak) / 3600 for gpu, peak in PEAKS.items()}
-        print(f"cost, with no {settings['device']} device here to measure on, at an assumed {ASSUMED_MFU:.0%} MFU: "
-              + "; ".join(f"{gpu} ({PEAKS[gpu] / 1e12:.0f} TFLOP/s bf16 dense) {hours:.1f} GPU-hours"
-                          for gpu, hours in gpu_hours.items())
-              + "; one run per GPU, so N GPUs take 1/N of that", flush=True)
+        speeds = "; ".join(f"{variant} {s[1]} {s[0]:,}" for variant, s in MEASURED_TOKENS_PER_S.items())
+        missing = [row[0] for row in rows if not row[4]]
+        print(f"cost, with no {settings['device']} device here to measure on, at the training tokens/s measured on "
+              f"one NVIDIA H200 (torch 2.11, micro-batch 50 x 200, bf16: {speeds}): {total_hours:.1f} H200 GPU-hours; "
+              f"one run per GPU, so N GPUs take 1/N of that; `python -m lab.gpu_check` on your GPU measures its own"
+              + f"; not counted, with no speed measured at their shapes: {', '.join(missing)}" * bool(missing),
+              flush=True)
     return total_flops, total_hours
 
 # -----------------------------------------------------------------------------

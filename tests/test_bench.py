@@ -76,3 +76,105 @@ def test_compiled_decoding_row_gives_the_eager_tokens_and_its_compile_cost(tmp_p
         assert compiled["same_tokens_as_eager"] and compiled["tokens_per_s"] > 0 and compiled["vs_eager"] > 0
         assert compiled["compile_s"] > 0  # its warm-up, less the eager one's
         assert compiled["pays_off_after"] is None or compiled["pays_off_after"] > 0
+
+
+def tiny_configs(tmp_path, monkeypatch):
+    """bench.CONFIGS["tiny"]: the three variants at a few thousand parameters."""
+    from lab import bench
+    paths = []
+    for variant in ("baseline", "encdec", "parallel"):
+        paths.append(tmp_path / f"tiny_{variant}.py")
+        paths[-1].write_text(f'variant = "{variant}"\nn_embed = 16\nn_head = 2\nn_layer = 1\nvocab_size = 64\n'
+                             'context_size = 16\n')
+    monkeypatch.setitem(bench.CONFIGS, "tiny", [str(p) for p in paths])
+
+
+def test_training_race_reports_every_model_against_hf_and_the_optimizer_step_with_its_parts(tmp_path, monkeypatch,
+                                                                                            capsys):
+    pytest.importorskip("transformers")
+    import argparse
+    from lab import bench
+    tiny_configs(tmp_path, monkeypatch)
+    args = argparse.Namespace(device="cpu", dtype="float32", configs="tiny", batch_size=2, step_sequences=4,
+                              repeats=1, quick=True, compile=False)
+    race = bench.train_race(args)
+    rows = {r["model"]: r for r in race["rows"]}
+    assert set(rows) == {"ours baseline", "ours encdec", "ours parallel", "HF GPT2LMHeadModel"}
+    for r in rows.values():
+        assert r["tokens_per_s"] > 0 and r["vs_hf"] > 0 and 0 < r["mfu"] and r["micro_batch"] == 2
+        assert set(r["parts"]) == {"forward", "backward", "optimizer"} and min(r["parts"].values()) > 0
+    assert rows["HF GPT2LMHeadModel"]["vs_hf"] == 1 and rows["ours baseline"]["vs_baseline"] == 1
+    assert [(r["model"], r["micro_batch"], r["accumulation"]) for r in race["step_rows"]] == [
+        ("ours baseline", 4, 1), ("ours encdec", 4, 1), ("ours parallel", 4, 1)]  # 4 sequences fit at once
+    assert [(t["model"], t["figure"], t["target"]) for t in race["targets"]] == [
+        ("ours baseline", "vs_hf", 1.2), ("ours encdec", "vs_baseline", 0.9), ("ours baseline", "mfu", 0.25),
+        ("ours encdec", "mfu", 0.25), ("ours parallel", "mfu", 0.25)]
+    stdout = capsys.readouterr().out
+    for t in race["targets"]:  # a figure short of its target says what part of the step bounds it
+        assert t["met"] == (t["value"] >= t["target"])
+    assert stdout.count("target: ") == 5 and stdout.count("SHORT; its step is bound by its ") == sum(
+        not t["met"] for t in race["targets"])
+
+
+def test_optimizer_step_takes_the_largest_micro_batch_that_fits_and_accumulates_the_rest(tmp_path, monkeypatch):
+    import torch
+    from lab import bench
+    tiny_configs(tmp_path, monkeypatch)
+    config, real, tried = bench.model_config(bench.CONFIGS["tiny"][0]), bench.Trainer, []
+
+    def trainer(config, micro, *args, **kwargs):  # a device that holds 2 sequences at once
+        tried.append(micro)
+        if micro > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(config, micro, *args, **kwargs)
+    monkeypatch.setattr(bench, "Trainer", trainer)
+    fitted, micro, _ = bench.largest_fitting(config, 8, "cpu", torch.float32, False)
+    assert tried == [8, 4, 2] and micro == 2 and fitted.accumulation == 4 and fitted.x.shape == (2, 16)
+    monkeypatch.setattr(bench, "Trainer", lambda *a, **k: (_ for _ in ()).throw(ValueError("not memory")))
+    with pytest.raises(ValueError):  # any other error is not swallowed
+        bench.largest_fitting(config, 8, "cpu", torch.float32, False)
+
+
+def test_decode_race_runs_in_the_precision_asked_for(tmp_path, monkeypatch):
+    import argparse
+    from lab import bench
+    tiny_configs(tmp_path, monkeypatch)
+    bytes_of = {}
+    for dtype in ("float32", "bfloat16"):
+        args = argparse.Namespace(configs="tiny", compile=False, decode_prompt=4, decode_tokens=3, decode_repeats=1,
+                                  device="cpu", dtype=dtype)
+        decode = bench.decode_race(args)
+        assert decode["dtype"] == dtype and decode["device"] == "cpu"
+        bytes_of[dtype] = {(r["model"], r["batch"]): r["weight_bytes"] for r in decode["rows"]}
+    assert all(bytes_of["bfloat16"][k] * 2 == b for k, b in bytes_of["float32"].items())
+
+
+def test_decode_race_on_a_device_that_is_missing_is_one_line():
+    from conftest import assert_one_line_error
+    result = run("lab/bench.py", "--decode_only", "--device=cuda", cwd=ROOT, env={"CUDA_VISIBLE_DEVICES": ""},
+                 check=False)
+    assert_one_line_error(result, "device='cuda' but CUDA is not available here", "--device=cpu")
+
+
+def test_training_race_races_a_model_whose_compile_fails_eager_saying_so_in_one_line(tmp_path, monkeypatch, capsys):
+    import argparse
+    import torch
+    from lab import bench
+    tiny_configs(tmp_path, monkeypatch)
+
+    class BackendCompilerFailed(Exception):  # what torch.compile raises (by this name) when the compiler fails
+        pass
+
+    def compile(model):
+        if getattr(getattr(model, "config", None), "variant", None) != "encdec":
+            return model
+        return lambda *args, **kwargs: (_ for _ in ()).throw(BackendCompilerFailed("TypeError: list indices"))
+    monkeypatch.setattr(torch, "compile", compile)
+    args = argparse.Namespace(device="cpu", dtype="float32", configs="tiny", batch_size=2, step_sequences=2,
+                              repeats=1, quick=True, compile=True)
+    rows = {r["model"]: r for r in bench.train_race(args)["rows"]}
+    assert not rows["ours encdec"]["compiled"] and rows["ours encdec"]["tokens_per_s"] > 0
+    assert rows["ours baseline"]["compiled"]
+    lines = [line for line in capsys.readouterr().out.splitlines() if "raced eager instead" in line]
+    assert lines == ["train race: ours encdec: torch.compile could not build the model (TypeError: list indices); "
+                     "use --compile=False, or install a C++ compiler; raced eager instead"]

@@ -489,7 +489,11 @@ def test_jobs_on_gpus_each_see_only_their_own_and_never_share_one(tmp_path, monk
 def test_paper_dry_run_prints_the_plan_and_its_cost_without_a_gpu():
     result = run("lab/study.py", "--suite=paper", "--dry_run", cwd=ROOT, env={"CUDA_VISIBLE_DEVICES": ""})
     assert "24 runs of 9,000 steps" in result.stdout and "| encdec_cosine | 15,763,500 |" in result.stdout
-    assert "A100 (312 TFLOP/s bf16 dense)" in result.stdout and "H100 (989 TFLOP/s bf16 dense)" in result.stdout
+    # hours from tokens/s measured on a named GPU: 9,000 steps of 160,000 tokens (and the evaluations) at each
+    assert "| baseline | 16,036,800 | 106.2 | 155.6 | 304,198 | 1.34 |" in result.stdout
+    assert "| encdec_mse_pos_sub | 15,763,500 | 108.6 | 159.2 | 142,677 | 2.85 |" in result.stdout
+    assert ("measured on one NVIDIA H200 (torch 2.11, micro-batch 50 x 200, bf16: baseline compiled 304,198; encdec "
+            "eager 142,677): 54.8 H200 GPU-hours") in result.stdout and "MFU" not in result.stdout
     result = run("lab/study.py", "--suite=paper", cwd=ROOT, env={"CUDA_VISIBLE_DEVICES": ""}, check=False)
     assert_one_line_error(result, "no GPU is visible", "--dry_run", "--device=cpu")
 

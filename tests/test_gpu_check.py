@@ -1,0 +1,82 @@
+"""Specifications of lab/gpu_check.py, on the CPU: its steps at a few thousand parameters (--device=cpu --tiny),
+its table and exit status, a failing step, a step past its time limit, and how it reads the races' figures.
+
+    python -m pytest -q tests/test_gpu_check.py
+"""
+import argparse
+import json
+import os
+import sys
+
+from conftest import ROOT, assert_one_line_error, run
+
+sys.path.insert(0, os.path.join(ROOT, "lab"))
+import gpu_check  # noqa: E402
+
+
+def rows(stdout):
+    """{step: (status, figure)} of the table."""
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in stdout.splitlines() if line.startswith("| ")]
+    return {c[0]: (c[1], c[2]) for c in cells[1:]}
+
+
+def test_without_a_gpu_it_says_so_in_one_line():
+    result = run("lab/gpu_check.py", cwd=ROOT, env={"CUDA_VISIBLE_DEVICES": ""}, check=False)
+    assert_one_line_error(result, "no CUDA GPU is visible here", "a machine with one")
+
+
+def test_its_steps_run_on_the_cpu_and_a_failing_step_is_a_FAIL_row_and_exit_status_1(tmp_path):
+    result = run("lab/gpu_check.py", "--device=cpu", "--tiny", f"--out={tmp_path / 'a'}", "--jobs=2",
+                 "--only=resume|ddp", cwd=tmp_path, check=False, timeout=240)
+    table = rows(result.stdout)
+    assert result.returncode == 0 and set(table) == {"resume float16", "ddp torchrun"}, result.stdout
+    assert table["resume float16"] == ("ok", "5 evaluations identical, to step 4")
+    assert table["ddp torchrun"][0] == "ok" and "losses of one plain process" in table["ddp torchrun"][1]
+    assert "2 steps in" in result.stdout and "2 ok, 0 short of a target, 0 failed" in result.stdout
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert {r["step"]: (r["status"], r["figure"]) for r in summary["steps"]} == table
+    result = run("lab/gpu_check.py", "--device=cpu", "--tiny", f"--out={tmp_path / 'b'}",
+                 "--only=baseline float16 eager", "--fail=train baseline float16 eager", cwd=tmp_path, check=False)
+    assert result.returncode == 1 and rows(result.stdout) == {"train baseline float16 eager": (
+        "FAIL", "error: unknown config key 'forced_failure' in the command line; see python train.py --help")}
+    assert "0 ok, 0 short of a target, 1 failed" in result.stdout
+
+
+def test_a_step_past_its_time_limit_is_ended_with_its_whole_process_group(tmp_path):
+    pid_file = tmp_path / "grandchild.pid"
+    code = ("import subprocess, sys, time\n"  # a worker process (as torch.compile starts them), then a hang
+            f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+            f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+            "print('started', flush=True)\ntime.sleep(120)\n")
+    status, seconds = gpu_check.run_command([sys.executable, "-c", code], str(tmp_path / "out.txt"), 3,
+                                            str(tmp_path), os.environ)
+    assert status is None and seconds < 30 and (tmp_path / "out.txt").read_text() == "started\n"
+    pid = int(pid_file.read_text())
+    try:  # gone, or a zombie whose parent was killed too: never still running
+        with open(f"/proc/{pid}/stat") as f:
+            assert f.read().split(") ")[1][0] in "ZX"
+    except FileNotFoundError:
+        pass
+
+
+def test_checks_read_the_figures_and_fail_a_resume_whose_losses_differ(tmp_path):
+    args = argparse.Namespace(device="cuda", tiny=False, out=str(tmp_path))
+    side_by_side, alone = gpu_check.steps(args, sys.executable)
+    steps = {s.name: s for s in side_by_side + alone}
+    assert len([s for s in side_by_side if s.name.startswith("train ")]) == 12  # 3 variants x 2 dtypes x 2
+    race = [dict(model="ours baseline", figure="vs_hf", value=1.31, target=1.2, met=True),
+            dict(model="ours encdec", figure="vs_baseline", value=0.8, target=0.9, met=False),
+            dict(model="ours parallel", figure="mfu", value=0.22, target=0.25, met=False)]
+    (tmp_path / "race_train.json").write_text(json.dumps({"train": {"targets": race}}))
+    assert steps["race train"].check([]) == (
+        "short", "baseline 1.31x HF, encdec 0.80x ours (<0.90x), parallel MFU 22% (<25%)")
+    decode = [dict(model=m, batch=b, vs_hf=v) for m, b, v in (("ours baseline compiled", 1, 6.0),
+                                                               ("ours encdec compiled", 8, 1.1))]
+    (tmp_path / "race_decode.json").write_text(json.dumps({"decode": {"rows": decode}}))
+    assert steps["race decode"].check([]) == ("ok", "batch 1: baseline 6.0x HF, batch 8: encdec 1.10x HF")
+    for name, loss in (("resume_straight", 2.5), ("resume_half", 2.6)):
+        os.makedirs(tmp_path / "runs" / name)
+        (tmp_path / "runs" / name / "log.jsonl").write_text(
+            json.dumps({"iter": 40, "train_loss": loss, "val_loss": 2.7}) + "\n")
+    status, figure = steps["resume float16"].check([])
+    assert status == "FAIL" and "resumed losses differ" in figure
