@@ -88,6 +88,30 @@ def get_tokenizer(name, compact_vocab=None, unknown=None):
     fail(f"unknown tokenizer {name!r}; use --tokenizer gpt2 or --tokenizer byte")
 
 
+def normalise_newlines(text):
+    """Windows' \\r\\n and a lone \\r as \\n: a copy of a text with other line endings gives the same tokens."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def read_text(path):
+    """A text file's contents, line endings normalised, as prepare_wikipedia.py and evaluate.py read one: anything but
+    UTF-8 text (a NUL byte: a token file, UTF-16, the byte tokenizer's end of text) is refused, naming the first bad
+    byte, rather than replaced silently."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        fail(f"cannot read {path} ({e.strerror}); make it readable, or leave it out of --input")
+    nul = data.find(b"\0")
+    if nul >= 0:  # no text file holds NUL; UTF-16 text and binary files do
+        fail(f"{path} has a NUL byte at byte offset {nul}: it is binary or UTF-16, not UTF-8 text")
+    try:
+        return normalise_newlines(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        fail(f"{path} is not UTF-8 text: byte 0x{data[e.start]:02x} at byte offset {e.start} ({e.reason}); "
+             f"convert it to UTF-8 first, e.g. iconv -f latin1 -t utf-8")
+
+
 TITLE_LINE = re.compile(r"^= (?!=)(.+) =$")  # '= Title =' but not '= = Section = ='
 
 

@@ -5,6 +5,9 @@ The loss of a trained model over a whole text: every token once, the same figure
     python evaluate.py --out_dir=out-wikitext2_valid_gpt2c --split=train
     python evaluate.py --out_dir=out-wikitext2_valid_gpt2c --input=my.txt  # any text, with the run's tokenizer
 
+--input is read as prepare_wikipedia.py reads a text file: UTF-8 text, its line endings as \n; anything else (a NUL
+byte, as in a .bin token file, or bytes that are not UTF-8) is refused, not scored.
+
 The run's folder is all it needs for --input (the checkpoint carries the tokenizer); its own splits are read from
 data/<dataset>/ in the working folder. With a compact vocabulary (the GPT-2 configs), tokens that never occur in the
 training text have no id: they are left out of the text and counted ("tokens_outside_vocab"), as the training log's
@@ -29,8 +32,8 @@ import numpy as np
 import torch
 
 from configurator import add_flag, argument_parser, fail, on_ctrl_c, pick_device
-from data import (get_tokenizer, gpt2_encoding, load_checkpoint, split_wikitext, trained_meta, window_losses,
-                  window_starts)
+from data import (get_tokenizer, gpt2_encoding, load_checkpoint, read_text, split_wikitext, trained_meta,
+                  window_losses, window_starts)
 
 
 def token_byte_lengths(meta):
@@ -81,11 +84,7 @@ def main(argv=None):
 
     unknown = []  # the text's tokens outside a compact vocabulary
     if args.input:
-        try:
-            with open(args.input, encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError) as e:
-            fail(f"cannot read {args.input} as UTF-8 text ({type(e).__name__}); give a .txt file")
+        text = read_text(args.input)  # as prepare reads a text file: UTF-8 without NUL, else refused in one line
         encode, _, _, eot = get_tokenizer(meta["tokenizer"], meta.get("compact_vocab"), unknown)
         articles = split_wikitext(text, os.path.basename(args.input))  # as prepare_wikipedia.py cuts text
         del text

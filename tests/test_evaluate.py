@@ -214,6 +214,23 @@ def test_bad_input_is_one_line_error(trained, args, fragment):
     assert_one_line_error(str(exit.value.code), fragment)  # a message as the code: exit status 1
 
 
+@pytest.mark.parametrize("content, fragment", [
+    (np.frombuffer(b"the river castle was built " * 40, np.uint8).astype(np.uint16).tobytes(), "has a NUL byte"),
+    (b"the river castle\0was built in a year by the king of the north\n", "has a NUL byte at byte offset 16"),
+    ("the café was built\n".encode("latin-1"), "is not UTF-8 text: byte 0xe9"),
+], ids=["byte_tokens_bin", "nul_in_text", "latin1"])
+def test_evaluate_input_refuses_what_prepare_refuses_as_text_with_the_same_line(trained, content, fragment):
+    """--input is read as prepare_wikipedia.py reads a text file: a token file, a NUL (the byte tokenizer's end of
+    text) or bytes that are not UTF-8 are refused in one line, the line prepare gives, not scored (it was, exit 0)."""
+    (trained / "notext.bin").write_bytes(content)
+    with pytest.raises(SystemExit) as exit:
+        evaluate_in(trained, "--out_dir=run", "--input=notext.bin")
+    with pytest.raises(SystemExit) as prepare_exit:
+        pw.main(["--input", str(trained / "notext.bin"), "--out_dir", str(trained / "refused"), "--name", "x"])
+    assert_one_line_error(str(exit.value.code), "notext.bin", fragment)
+    assert str(prepare_exit.value.code).replace(str(trained / "notext.bin"), "notext.bin") == str(exit.value.code)
+
+
 def test_a_dataset_prepared_again_with_another_tokenizer_is_refused(trained, tmp_path):
     os.symlink(trained / "run", tmp_path / "run")
     (tmp_path / "text.txt").write_text((trained / "text.txt").read_text(encoding="utf-8"), encoding="utf-8")
