@@ -231,6 +231,37 @@ def test_evaluate_input_refuses_what_prepare_refuses_as_text_with_the_same_line(
     assert str(prepare_exit.value.code).replace(str(trained / "notext.bin"), "notext.bin") == str(exit.value.code)
 
 
+def tampered_record(trained, folder, change):
+    """A copy of the compact run in folder/run whose checkpoint's tokenizer record (dataset_meta) is changed by
+    change(record)."""
+    shutil.copytree(trained / "run", folder / "run")
+    checkpoint = torch.load(folder / "run" / "ckpt.pt", weights_only=True)
+    change(checkpoint["dataset_meta"])
+    torch.save(checkpoint, folder / "run" / "ckpt.pt")
+
+
+@pytest.mark.parametrize("change, fragments", [
+    (lambda r: r.pop("compact_vocab"), ["gpt2 tokenizer has 50257 tokens", "vocab_size="]),
+    (lambda r: r.update(tokenizer="sentencepiece"), ["'sentencepiece'", "gpt2 or byte"]),
+    (lambda r: r.update(tokenizer="byte"), ["compact_vocab", "gpt2"]),
+    (lambda r: r.update(compact_vocab=r["compact_vocab"][:-1]), ["end-of-text"]),
+    (lambda r: r.update(compact_vocab=[0, 0] + r["compact_vocab"][2:]), ["distinct"]),
+    (lambda r: (r.pop("compact_vocab"), r.update(tokenizer="byte", vocab_size=256, eot_token=0)),
+     ["byte tokenizer has 256 tokens", "vocab_size="]),
+], ids=["no_compact_vocab", "unknown_tokenizer", "byte_with_compact_vocab", "no_end_of_text", "repeated_ids",
+        "another_tokenizer"])
+def test_a_checkpoint_tokenizer_record_that_disagrees_with_the_model_is_one_line(trained, tmp_path, change, fragments):
+    """The tokenizer record a checkpoint carries, used where no data/ is beside it, is checked against the model's
+    vocabulary: without its compact_vocab sample.py printed 'theastastast...' (exit 0) and evaluate.py raised an
+    IndexError; another tokenizer's record, or one without end-of-text, a KeyError."""
+    tampered_record(trained, tmp_path, change)
+    (tmp_path / "text.txt").write_text((trained / "text.txt").read_text(encoding="utf-8"), encoding="utf-8")
+    for script, args in [("sample.py", ["--start= the castle", "--max_new_tokens=5"]),
+                         ("evaluate.py", ["--input=text.txt"])]:
+        result = run(script, "--out_dir=run", "--device=cpu", *args, cwd=tmp_path, check=False)
+        assert_one_line_error(result, "run/ckpt.pt", "dataset_meta", *fragments)
+
+
 def test_a_dataset_prepared_again_with_another_tokenizer_is_refused(trained, tmp_path):
     os.symlink(trained / "run", tmp_path / "run")
     (tmp_path / "text.txt").write_text((trained / "text.txt").read_text(encoding="utf-8"), encoding="utf-8")
