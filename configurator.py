@@ -15,6 +15,7 @@ any case.
 """
 import argparse
 import ast
+import atexit
 import dataclasses
 import difflib
 import inspect
@@ -51,12 +52,35 @@ def script_start():
     """What every script does first. Printing never stops it: a character the console cannot show (a Windows code
     page, PYTHONIOENCODING=ascii, a file name that is not UTF-8) is written escaped. And SIGTERM and SIGHUP (how Colab,
     clusters, docker and Kubernetes stop a program; a closed terminal) stop it as Ctrl-C does, saying what is kept."""
+    end_quietly_without_reader()
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):  # not when a test has replaced it
             stream.reconfigure(errors="backslashreplace")
     for name in ("SIGTERM", "SIGHUP"):  # Windows has no SIGHUP
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), signal.default_int_handler)  # raises KeyboardInterrupt
+
+
+def end_quietly_without_reader():
+    """Output piped into a reader that stops early (`python train.py -h | head -3`) ends the script quietly: exit
+    status 1 where a write found the reader gone (the script stops there), the script's own where only the last
+    buffered output was left unread; no BrokenPipeError traceback either way."""
+    def drop_output():  # no reader: the rest of the output goes to os.devnull, so the last flush cannot fail
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # a test's stand-in for stdout has no file descriptor
+            pass
+
+    def flush():
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            drop_output()
+
+    def hook(kind, value, tb, previous=sys.excepthook):
+        return drop_output() if issubclass(kind, BrokenPipeError) else previous(kind, value, tb)
+    atexit.register(flush)  # runs before the interpreter's own last flush, which would print "Exception ignored"
+    sys.excepthook = hook
 
 
 def machine_error(error, lower, compile_off="use --compile=False"):
@@ -79,12 +103,12 @@ def on_ctrl_c(message, lower="the sizes asked for", compile_off="use --compile=F
     torch.compile, with one line `error: ...`. Also script_start's printing that never fails."""
     script_start()
 
-    def hook(kind, value, tb):
+    def hook(kind, value, tb, previous=sys.excepthook):
         line = machine_error(value, lower, compile_off)
         if line:
             return print(f"error: {line}", file=sys.stderr, flush=True)  # exit status 1
         if not issubclass(kind, KeyboardInterrupt):
-            return sys.__excepthook__(kind, value, tb)
+            return previous(kind, value, tb)  # script_start's: a reader gone is quiet
         print(f"interrupted: {message}", file=sys.stderr, flush=True)
         os._exit(130)
     sys.excepthook = hook

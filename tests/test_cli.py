@@ -8,12 +8,13 @@ for train.py, argparse for the others), and stops there: no model, no data. CPU 
 import argparse
 import os
 import runpy
+import subprocess
 import sys
 
 import pytest
 
 import configurator
-from conftest import ROOT
+from conftest import ENV, ROOT
 from lab import study
 
 SCRIPTS = ["train.py", "sample.py", "evaluate.py", "prepare_wikipedia.py", "lab/study.py", "lab/bench.py"]
@@ -107,3 +108,22 @@ def test_the_settings_a_study_passes_to_train_py_take_the_same_grammar():
         "n_layer": 1, "compile": True, "dtype": "float32", "rotary": "true"}  # as train.py reads them
     assert configurator.split_args(["--n_layer", "1", "--compile", "--dtype=float32"]) == [
         ("n_layer", "1"), ("compile", "True"), ("dtype", "float32")]
+
+
+@pytest.mark.parametrize("script, args", [(script, ["--help"]) for script in SCRIPTS] + [
+    ("lab/study.py", ["--suite=byte", "--summary"]),
+    ("sample.py", ["--out_dir=out_full", "--num_samples=40", "--max_new_tokens=300", "--device=cpu"]),
+    ("evaluate.py", ["--out_dir=out_full", "--device=cpu"])],
+    ids=[*SCRIPTS, "study_summary", "sample", "evaluate"])
+def test_output_piped_into_a_reader_that_stopped_ends_quietly(workdir, script, args):
+    """`python train.py -h | head -3`: the reader is gone before the script writes (here: a pipe whose reading end
+    is closed), and the script ends without a BrokenPipeError, its traceback or "Exception ignored" (exit status 120)."""
+    reading, writing = os.pipe()
+    os.close(reading)
+    try:
+        result = subprocess.run([sys.executable, os.path.join(ROOT, script), *args], cwd=workdir, env=ENV,
+                                stdout=writing, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(writing)
+    assert result.returncode in (0, 1), (result.returncode, result.stderr)
+    assert not any(word in result.stderr for word in ("Traceback", "BrokenPipe", "Exception ignored")), result.stderr
