@@ -165,13 +165,22 @@ def pick_device(device, dtype="float32"):
     return device, dtype
 
 
-def suggestion(key, known):
-    """'did you mean ...?' for an unknown key: its name here if it is a nanoGPT or Hugging Face name, else the
-    closest known key."""
+def suggestion(key, known, command="python train.py"):
+    """'did you mean ...?' for an unknown key: its name here if it is a nanoGPT or Hugging Face name or written with
+    '-' for '_', else the closest known key."""
     if ALIASES.get(key) in known:
         return f"did you mean '{ALIASES[key]}'? ({key} is called {ALIASES[key]} here)"
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
-    return f"did you mean '{close[0]}'?" if close else "see python train.py --help"
+    close = [key.replace("-", "_")] if key.replace("-", "_") in known else difflib.get_close_matches(
+        key, known, n=1, cutoff=0.5)
+    return f"did you mean '{close[0]}'?" if close else f"see {command} --help"
+
+
+def unknown_argument(arg, known, command="python train.py"):
+    """The one line for a command-line argument that is no known --key: the same in every script."""
+    key = arg[2:].partition("=")[0] if arg.startswith("--") else ""
+    if not key:  # '--' alone, '-key', a stray word
+        return f"'{arg}' is not a setting; write --key=value or --key value (see {command} --help)"
+    return f"unknown config key '{key}' in the command line; {suggestion(key, known, command)}"
 
 
 def print_help(defaults, sources, model_config, epilog):
@@ -198,9 +207,9 @@ def print_help(defaults, sources, model_config, epilog):
 
 def split_args(argv, types=None):
     """(key, text) of each --key=value, --key value and bare --flag of argv, and (None, arg) of anything else (a config
-    file). A key typed bool in `types` takes the next argument only if it is True or False (any case), else it is
-    "True"; another known key takes the next argument unless that is an option (text None: no value); a key not in
-    `types` (another script's setting) takes it the same way, and is a flag, "True", where nothing follows."""
+    file, a bare '--'). A key takes the next argument unless that is an option (a key typed bool in `types`: or a
+    .py config file); where it takes none, a bool is "True", another known key has text None (no value), and a key not
+    in `types` (another script's setting) is a flag, "True"."""
     types, args, pairs = types or {}, list(argv), []
     while args:
         arg = args.pop(0)
@@ -208,10 +217,13 @@ def split_args(argv, types=None):
             pairs.append((None, arg))
             continue
         key, has_value, text = arg[2:].partition("=")
+        if not key and not has_value:  # '--' alone: no setting, named as typed
+            pairs.append((None, arg))
+            continue
         if not has_value:
             boolean = types.get(key) is bool
-            takes_next = bool(args) and (args[0].lower() in ("true", "false") if boolean
-                                         else not args[0].startswith("--"))
+            # a boolean takes the next word unless it is an option or a config file, to refuse it naming the flag
+            takes_next = bool(args) and not args[0].startswith("--") and not (boolean and args[0].endswith(".py"))
             text = args.pop(0) if takes_next else None if key in types and not boolean else "True"
         pairs.append((key, text))
     return pairs
@@ -230,12 +242,33 @@ def add_flag(parser, name, help, default=False):
                         help=help)
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The argparse scripts' --help: the docstring as written, and each setting's default, as train.py shows it."""
+
+    def _get_help_string(self, action):
+        shown = "default" in (action.help or "") or action.default in (None, argparse.SUPPRESS)
+        return action.help if shown or not action.option_strings else f"{action.help} (default: %(default)s)"
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with train.py's message for an argument it does not know: its name and the closest known one."""
+
+    def parse_args(self, args=None, namespace=None):
+        namespace, extra = super().parse_known_args(args, namespace)
+        if extra:
+            self.error(unknown_argument(extra[0], [o[2:] for a in self._actions for o in a.option_strings
+                                                   if o.startswith("--") and a.help != argparse.SUPPRESS],
+                                        self.prog))
+        return namespace
+
+
 def argument_parser(doc, command):
-    """The argparse parser of a script other than train.py: --key=value or --key value, no abbreviated names, and bad
-    input is one line `error: ...` naming `command --help` instead of argparse's usage block."""
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     allow_abbrev=False)
-    parser.error = lambda message: fail(f"{message} (see {command} --help)")
+    """The argparse parser of a script other than train.py: --key=value or --key value, no abbreviated names, help
+    showing the defaults, and bad input is one line `error: ...` (an unknown key: its did-you-mean) naming
+    `command --help` instead of argparse's usage block."""
+    parser = ArgumentParser(prog=command, description=doc, formatter_class=HelpFormatter, allow_abbrev=False)
+    parser.error = lambda message: fail(message if f"{command} --help" in message else
+                                        f"{message} (see {command} --help)")
     return parser
 
 
@@ -257,6 +290,9 @@ def configure(settings, defaults, argv, model_config, epilog=""):
             value = text.lower() == "true"  # --compile=true as --compile=True
         if want is float and type(value) is int:
             value = float(value)
+        if want is bool and text is not None and type(value) is not bool:
+            fail(f"--{key} {text}: {key} takes True or False (any case), not {text!r}; write --{key} (True), "
+                 f"--{key}=True or --{key}=False")
         if not (type(value) is want or (value is None and defaults[key] is None)):
             fail(f"{key}={value!r} in {source} has the wrong type: {key} takes "
                  f"{'True or False' if want is bool else 'a ' + want.__name__}, not a {type(value).__name__}")
@@ -269,6 +305,8 @@ def configure(settings, defaults, argv, model_config, epilog=""):
         sys.exit(0)
     for key, text in split_args(argv, types):
         if key is None:
+            if text.startswith("-"):  # '--' alone, '-key=value'
+                fail(unknown_argument(text, defaults))
             if not os.path.isfile(text):
                 fail(f"config file '{text}' not found; give a path like config/cpu_baseline.py, "
                      f"or options as --key=value")
@@ -276,7 +314,7 @@ def configure(settings, defaults, argv, model_config, epilog=""):
                 set_config(key, value, text)
             continue
         if key not in defaults:
-            fail(f"unknown config key '{key}' in the command line; {suggestion(key, defaults)}")
+            fail(unknown_argument(f"--{key}", defaults))
         if text is None:
             fail(f"'--{key}' has no value; write --{key}=VALUE or --{key} VALUE (python train.py --help lists them)")
         try:
