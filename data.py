@@ -213,6 +213,16 @@ def check_dataset(dataset, block, vocab_size):
     return meta
 
 
+def find_dataset(dataset, out_dir):
+    """The folder data/<dataset> of a run trained on it: in the working folder, else beside the run's folder or in a
+    folder above it (where the run was trained), else in this repository's folder; None where none holds meta.json."""
+    repository = os.path.dirname(os.path.abspath(__file__))
+    for folder in ["", *reversed(folder_chain(os.path.abspath(out_dir))), repository]:
+        if os.path.exists(os.path.join(folder, "data", dataset, "meta.json")):
+            return os.path.join(folder, "data", dataset)
+    return None
+
+
 def read_meta(dataset, data_dir=None):
     """data/<dataset>/meta.json (or data_dir's), for a trained model's tokenizer; one line naming the fix when it is
     missing or broken."""

@@ -18,6 +18,7 @@ from torch.nn import functional as F
 import data
 import evaluate
 import prepare_wikipedia as pw
+import reversal
 from conftest import ENV, ROOT, WORDS, assert_interrupted, assert_one_line_error, interrupted_at, run, tiny_model
 
 
@@ -187,7 +188,8 @@ def test_evaluate_input_leaves_out_and_counts_the_tokens_outside_a_compact_vocab
 
 def test_evaluate_needs_only_the_run_folder_for_any_text(trained, tmp_path):
     """The checkpoint carries the tokenizer and the compact vocabulary: a copy of the run, evaluated from a folder
-    without data/, scores a text as beside its data; its own split there is a one-line error naming --input."""
+    without data/, scores a text as beside its data; its own split, found nowhere, is a one-line error saying where
+    it was looked for and naming --input."""
     shutil.copytree(trained / "run", tmp_path / "copy")
     (tmp_path / "elsewhere").mkdir()
     beside_data = evaluate_in(trained, "--out_dir=run", f"--input={trained / 'text.txt'}")
@@ -196,7 +198,39 @@ def test_evaluate_needs_only_the_run_folder_for_any_text(trained, tmp_path):
     assert alone == beside_data
     with pytest.raises(SystemExit) as exit:
         evaluate_in(tmp_path / "elsewhere", f"--out_dir={tmp_path / 'copy'}")
-    assert_one_line_error(str(exit.value.code), "data/small/val.bin not found here", "--input")
+    assert_one_line_error(str(exit.value.code), "data/small/ not found", "above", "--input", "prepare_wikipedia.py")
+
+
+def test_evaluate_finds_a_run_own_split_from_any_working_folder(trained, tmp_path):
+    """data/<dataset> beside the run's folder or above it (where it was trained) is found from anywhere: it worked
+    only from the training folder."""
+    here = evaluate_in(trained, "--out_dir=run")
+    (tmp_path / "elsewhere").mkdir()
+    away = evaluate_in(tmp_path / "elsewhere", f"--out_dir={trained / 'run'}")
+    assert away["source"] == str(trained / "data" / "small" / "val.bin") and here["source"] == "data/small/val.bin"
+    assert {k: v for k, v in away.items() if k not in ("out_dir", "source")} == {
+        k: v for k, v in here.items() if k not in ("out_dir", "source")}
+
+
+def test_evaluate_a_reversal_checkpoint_gives_the_held_out_accuracy_train_py_logs(reversal_run, tmp_path,
+                                                                                   monkeypatch):
+    """A reversal run (it was refused) is scored as train.py scores it: exact-sequence accuracy by greedy decoding on
+    the held-out sequences, from any working folder; --split=train on the sequences it trained on; --input refused."""
+    logged = [json.loads(line) for line in open(reversal_run / "rev" / "log.jsonl")][-1]
+    held_out = evaluate_in(tmp_path, f"--out_dir={reversal_run / 'rev'}", "--device=cpu")
+    train_sequences, held_out_sequences = reversal.split()
+    assert held_out["sequences"] == sum(map(len, held_out_sequences.values())) == 480
+    assert held_out["accuracy"] == logged["val_accuracy"]
+    train_sequences = {n: xs[:300] for n, xs in train_sequences.items()}  # a part of the 66k: seconds, not minutes
+    monkeypatch.setattr(reversal, "split", lambda: (train_sequences, held_out_sequences))
+    trained_on = evaluate_in(reversal_run, "--out_dir=rev", "--split=train", "--device=cpu")
+    assert trained_on["sequences"] == sum(map(len, train_sequences.values()))
+    assert trained_on["accuracy"] == reversal.accuracy(data.load_checkpoint(str(reversal_run / "rev"))[1],
+                                                       train_sequences, "cpu")
+    (tmp_path / "text.txt").write_text("3 5 4\n")
+    with pytest.raises(SystemExit) as exit:
+        evaluate_in(reversal_run, "--out_dir=rev", f"--input={tmp_path / 'text.txt'}")
+    assert_one_line_error(str(exit.value.code), "reversal", "leave out --input")
 
 
 @pytest.mark.parametrize("args, fragment", [
