@@ -12,9 +12,10 @@ byte, as in a .bin token file, or bytes that are not UTF-8) is refused, not scor
 The run's folder is all it needs for --input (the checkpoint carries the tokenizer); its own splits are read from
 data/<dataset>/ in the working folder, else beside the run's folder or in a folder above it (where it was trained),
 else in the repository's folder. A reversal run is scored as train.py scores it: the share of its held-out sequences
-(--split=train: of those it trained on) that greedy decoding reverses exactly. With a compact vocabulary (the GPT-2 configs), tokens that never occur in the
-training text have no id: they are left out of the text and counted ("tokens_outside_vocab"), as the training log's
-val_loss_seen_ids leaves out the val tokens whose id never occurs in train.bin.
+(--split=train: of those it trained on) that greedy decoding reverses exactly. With a compact vocabulary (the GPT-2
+configs), tokens that never occur in the training text have no id: they are left out of the text and counted
+("tokens_outside_vocab"), as the training log's val_loss_seen_ids leaves out the val tokens whose id never occurs
+in train.bin.
 
 The tokens are cut into non-overlapping windows of context_size + 1 tokens that share their edge token:
 window k reads tokens [kT, kT + T) and predicts tokens kT + 1 .. kT + T, so every token but the first is

@@ -117,7 +117,7 @@ def test_the_settings_a_study_passes_to_train_py_take_the_same_grammar():
     ids=[*SCRIPTS, "study_summary", "sample", "evaluate"])
 def test_output_piped_into_a_reader_that_stopped_ends_quietly(workdir, script, args):
     """`python train.py -h | head -3`: the reader is gone before the script writes (here: a pipe whose reading end
-    is closed), and the script ends without a BrokenPipeError, its traceback or "Exception ignored" (exit status 120)."""
+    is closed), and the script ends without a BrokenPipeError, its traceback or "Exception ignored" (exit 120)."""
     reading, writing = os.pipe()
     os.close(reading)
     try:
@@ -169,7 +169,7 @@ def test_an_unknown_flag_gets_the_same_did_you_mean_in_every_script(script, type
 @pytest.mark.parametrize("script", SCRIPTS)
 @pytest.mark.parametrize("argv", [["--"], ["--", f"--seed=1"], ["-seed=1"], ["stray"]])
 def test_an_argument_that_is_not_a_flag_is_named_as_typed(script, argv, monkeypatch):
-    """A bare '--' gave "unknown config key ''", and `lab.study --summary -- --n_layer=1` a value never typed ('True')."""
+    """A bare '--' gave "unknown config key ''"; `lab.study --summary -- --n_layer=1`, a value never typed ('True')."""
     if script == "train.py" and argv == ["stray"]:  # a config file here
         argv = ["stray.py"]
     message = unknown_flag_message(script, argv, monkeypatch)
