@@ -448,7 +448,7 @@ def check_tokenizer_record(meta, checkpoint, where, fix):
     distinct GPT-2 ids with end-of-text among them, or a number of token ids other than the model's vocab_size (more,
     or fewer where the run did not set vocab_size itself). where: the record's file; fix: what to do."""
     vocab_size, set_by_user = checkpoint["model_config"]["vocab_size"], checkpoint["train_config"].get("vocab_size")
-    tokenizer, compact = meta.get("tokenizer"), meta.get("compact_vocab")
+    tokenizer, compact = (meta.get("tokenizer"), meta.get("compact_vocab")) if type(meta) is dict else (None, None)
     eot, problem = 0 if tokenizer == "byte" else 50256, None
     if tokenizer not in ("gpt2", "byte"):
         problem = f"names the tokenizer {tokenizer!r}, not gpt2 or byte"

@@ -125,11 +125,14 @@ def main(argv=None):
                  f"--input=FILE")
         check_same_data(checkpoint, meta, dataset, training=True, data_dir=data_dir)  # its text, not only its tokens
         source = os.path.join(data_dir, f"{args.split}.bin")
-        n_tokens = os.path.getsize(source) / 2 if os.path.isfile(source) else None
-        if n_tokens != meta.get(f"{args.split}_tokens", n_tokens) or n_tokens is None:  # cut short, or another's
+        n_tokens = os.path.getsize(source) / 2 if os.path.isfile(source) else None  # 2 bytes a token
+        if n_tokens is None or n_tokens % 1 or n_tokens != meta.get(f"{args.split}_tokens", n_tokens):  # cut short
             fail(f"{source} is missing or does not hold the tokens its meta.json says; prepare it again with "
                  f"{prepare_hint(dataset, meta['tokenizer'], 'compact_vocab' in meta)}")
-        tokens = np.memmap(source, dtype=np.uint16, mode="r")
+        tokens = np.memmap(source, dtype=np.uint16, mode="r") if n_tokens else np.zeros(0, np.uint16)
+    if len(tokens) < 2:
+        fail(f"{source} has {len(tokens)} token(s): nothing to predict; give a longer text")
+
     block = model.config.context_size
     t0, shown = time.time(), [0.0]
 

@@ -282,8 +282,9 @@ def tampered_record(trained, folder, change):
     (lambda r: r.update(compact_vocab=[0, 0] + r["compact_vocab"][2:]), ["distinct"]),
     (lambda r: (r.pop("compact_vocab"), r.update(tokenizer="byte", vocab_size=256, eot_token=0)),
      ["byte tokenizer has 256 tokens", "vocab_size="]),
+    (lambda r: (r.clear(), r.update(tokenizer=["gpt2"])), ["['gpt2']", "gpt2 or byte"]),
 ], ids=["no_compact_vocab", "unknown_tokenizer", "byte_with_compact_vocab", "no_end_of_text", "repeated_ids",
-        "another_tokenizer"])
+        "another_tokenizer", "not_a_name"])
 def test_a_checkpoint_tokenizer_record_that_disagrees_with_the_model_is_one_line(trained, tmp_path, change, fragments):
     """The tokenizer record a checkpoint carries, used where no data/ is beside it, is checked against the model's
     vocabulary: without its compact_vocab sample.py printed 'theastastast...' (exit 0) and evaluate.py raised an
@@ -350,3 +351,14 @@ def test_evaluation_memory_does_not_grow_with_the_length_of_the_text(workdir):
 def test_ctrl_c_is_one_line(workdir):
     assert_interrupted(interrupted_at("torch", "load", "evaluate.py", "--out_dir=out_full", "--device=cpu",
                                       cwd=workdir), "nothing was written")
+
+
+@pytest.mark.parametrize("cut", [1, 2], ids=["odd_bytes", "a_token_short"])
+def test_a_split_cut_short_is_one_line_error(trained, tmp_path, cut):
+    shutil.copytree(trained / "data", tmp_path / "data")
+    os.symlink(trained / "run", tmp_path / "run")
+    val = tmp_path / "data" / "small" / "val.bin"
+    val.write_bytes(val.read_bytes()[:-cut])
+    with pytest.raises(SystemExit) as exit:
+        evaluate_in(tmp_path, "--out_dir=run")
+    assert_one_line_error(str(exit.value.code), "data/small/val.bin", "prepare it again")
