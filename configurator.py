@@ -50,7 +50,8 @@ def fail(message):
 
 def script_start():
     """What every script does first. Printing never stops it: a character the console cannot show (a Windows code
-    page, PYTHONIOENCODING=ascii, a file name that is not UTF-8) is written escaped. And SIGTERM and SIGHUP (how Colab,
+    page, PYTHONIOENCODING=ascii, a file name that is not UTF-8) is written escaped, and a reader that stops early
+    (`| head`) ends it quietly. And SIGTERM and SIGHUP (how Colab,
     clusters, docker and Kubernetes stop a program; a closed terminal) stop it as Ctrl-C does, saying what is kept."""
     end_quietly_without_reader()
     for stream in (sys.stdout, sys.stderr):
