@@ -15,6 +15,7 @@ any case.
 """
 import argparse
 import ast
+import atexit
 import dataclasses
 import difflib
 import inspect
@@ -49,14 +50,38 @@ def fail(message):
 
 def script_start():
     """What every script does first. Printing never stops it: a character the console cannot show (a Windows code
-    page, PYTHONIOENCODING=ascii, a file name that is not UTF-8) is written escaped. And SIGTERM and SIGHUP (how Colab,
+    page, PYTHONIOENCODING=ascii, a file name that is not UTF-8) is written escaped, and a reader that stops early
+    (`| head`) ends it quietly. And SIGTERM and SIGHUP (how Colab,
     clusters, docker and Kubernetes stop a program; a closed terminal) stop it as Ctrl-C does, saying what is kept."""
+    end_quietly_without_reader()
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):  # not when a test has replaced it
             stream.reconfigure(errors="backslashreplace")
     for name in ("SIGTERM", "SIGHUP"):  # Windows has no SIGHUP
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), signal.default_int_handler)  # raises KeyboardInterrupt
+
+
+def end_quietly_without_reader():
+    """Output piped into a reader that stops early (`python train.py -h | head -3`) ends the script quietly: exit
+    status 1 where a write found the reader gone (the script stops there), the script's own where only the last
+    buffered output was left unread; no BrokenPipeError traceback either way."""
+    def drop_output():  # no reader: the rest of the output goes to os.devnull, so the last flush cannot fail
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # a test's stand-in for stdout has no file descriptor
+            pass
+
+    def flush():
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            drop_output()
+
+    def hook(kind, value, tb, previous=sys.excepthook):
+        return drop_output() if issubclass(kind, BrokenPipeError) else previous(kind, value, tb)
+    atexit.register(flush)  # runs before the interpreter's own last flush, which would print "Exception ignored"
+    sys.excepthook = hook
 
 
 def machine_error(error, lower, compile_off="use --compile=False"):
@@ -79,12 +104,12 @@ def on_ctrl_c(message, lower="the sizes asked for", compile_off="use --compile=F
     torch.compile, with one line `error: ...`. Also script_start's printing that never fails."""
     script_start()
 
-    def hook(kind, value, tb):
+    def hook(kind, value, tb, previous=sys.excepthook):
         line = machine_error(value, lower, compile_off)
         if line:
             return print(f"error: {line}", file=sys.stderr, flush=True)  # exit status 1
         if not issubclass(kind, KeyboardInterrupt):
-            return sys.__excepthook__(kind, value, tb)
+            return previous(kind, value, tb)  # script_start's: a reader gone is quiet
         print(f"interrupted: {message}", file=sys.stderr, flush=True)
         os._exit(130)
     sys.excepthook = hook
@@ -141,13 +166,22 @@ def pick_device(device, dtype="float32"):
     return device, dtype
 
 
-def suggestion(key, known):
-    """'did you mean ...?' for an unknown key: its name here if it is a nanoGPT or Hugging Face name, else the
-    closest known key."""
+def suggestion(key, known, command="python train.py"):
+    """'did you mean ...?' for an unknown key: its name here if it is a nanoGPT or Hugging Face name or written with
+    '-' for '_', else the closest known key."""
     if ALIASES.get(key) in known:
         return f"did you mean '{ALIASES[key]}'? ({key} is called {ALIASES[key]} here)"
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
-    return f"did you mean '{close[0]}'?" if close else "see python train.py --help"
+    close = [key.replace("-", "_")] if key.replace("-", "_") in known else difflib.get_close_matches(
+        key, known, n=1, cutoff=0.5)
+    return f"did you mean '{close[0]}'?" if close else f"see {command} --help"
+
+
+def unknown_argument(arg, known, command="python train.py"):
+    """The one line for a command-line argument that is no known --key: the same in every script."""
+    key = arg[2:].partition("=")[0] if arg.startswith("--") else ""
+    if not key:  # '--' alone, '-key', a stray word
+        return f"'{arg}' is not a setting; write --key=value or --key value (see {command} --help)"
+    return f"unknown config key '{key}' in the command line; {suggestion(key, known, command)}"
 
 
 def print_help(defaults, sources, model_config, epilog):
@@ -174,9 +208,9 @@ def print_help(defaults, sources, model_config, epilog):
 
 def split_args(argv, types=None):
     """(key, text) of each --key=value, --key value and bare --flag of argv, and (None, arg) of anything else (a config
-    file). A key typed bool in `types` takes the next argument only if it is True or False (any case), else it is
-    "True"; another known key takes the next argument unless that is an option (text None: no value); a key not in
-    `types` (another script's setting) takes it the same way, and is a flag, "True", where nothing follows."""
+    file, a bare '--'). A key takes the next argument unless that is an option (a key typed bool in `types`: or a
+    .py config file); where it takes none, a bool is "True", another known key has text None (no value), and a key not
+    in `types` (another script's setting) is a flag, "True"."""
     types, args, pairs = types or {}, list(argv), []
     while args:
         arg = args.pop(0)
@@ -184,10 +218,13 @@ def split_args(argv, types=None):
             pairs.append((None, arg))
             continue
         key, has_value, text = arg[2:].partition("=")
+        if not key and not has_value:  # '--' alone: no setting, named as typed
+            pairs.append((None, arg))
+            continue
         if not has_value:
             boolean = types.get(key) is bool
-            takes_next = bool(args) and (args[0].lower() in ("true", "false") if boolean
-                                         else not args[0].startswith("--"))
+            # a boolean takes the next word unless it is an option or a config file, to refuse it naming the flag
+            takes_next = bool(args) and not args[0].startswith("--") and not (boolean and args[0].endswith(".py"))
             text = args.pop(0) if takes_next else None if key in types and not boolean else "True"
         pairs.append((key, text))
     return pairs
@@ -206,12 +243,33 @@ def add_flag(parser, name, help, default=False):
                         help=help)
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The argparse scripts' --help: the docstring as written, and each setting's default, as train.py shows it."""
+
+    def _get_help_string(self, action):
+        shown = "default" in (action.help or "") or action.default in (None, argparse.SUPPRESS)
+        return action.help if shown or not action.option_strings else f"{action.help} (default: %(default)s)"
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with train.py's message for an argument it does not know: its name and the closest known one."""
+
+    def parse_args(self, args=None, namespace=None):
+        namespace, extra = super().parse_known_args(args, namespace)
+        if extra:
+            self.error(unknown_argument(extra[0], [o[2:] for a in self._actions for o in a.option_strings
+                                                   if o.startswith("--") and a.help != argparse.SUPPRESS],
+                                        self.prog))
+        return namespace
+
+
 def argument_parser(doc, command):
-    """The argparse parser of a script other than train.py: --key=value or --key value, no abbreviated names, and bad
-    input is one line `error: ...` naming `command --help` instead of argparse's usage block."""
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     allow_abbrev=False)
-    parser.error = lambda message: fail(f"{message} (see {command} --help)")
+    """The argparse parser of a script other than train.py: --key=value or --key value, no abbreviated names, help
+    showing the defaults, and bad input is one line `error: ...` (an unknown key: its did-you-mean) naming
+    `command --help` instead of argparse's usage block."""
+    parser = ArgumentParser(prog=command, description=doc, formatter_class=HelpFormatter, allow_abbrev=False)
+    parser.error = lambda message: fail(message if f"{command} --help" in message else
+                                        f"{message} (see {command} --help)")
     return parser
 
 
@@ -233,6 +291,9 @@ def configure(settings, defaults, argv, model_config, epilog=""):
             value = text.lower() == "true"  # --compile=true as --compile=True
         if want is float and type(value) is int:
             value = float(value)
+        if want is bool and text is not None and type(value) is not bool:
+            fail(f"--{key} {text}: {key} takes True or False (any case), not {text!r}; write --{key} (True), "
+                 f"--{key}=True or --{key}=False")
         if not (type(value) is want or (value is None and defaults[key] is None)):
             fail(f"{key}={value!r} in {source} has the wrong type: {key} takes "
                  f"{'True or False' if want is bool else 'a ' + want.__name__}, not a {type(value).__name__}")
@@ -245,6 +306,8 @@ def configure(settings, defaults, argv, model_config, epilog=""):
         sys.exit(0)
     for key, text in split_args(argv, types):
         if key is None:
+            if text.startswith("-"):  # '--' alone, '-key=value'
+                fail(unknown_argument(text, defaults))
             if not os.path.isfile(text):
                 fail(f"config file '{text}' not found; give a path like config/cpu_baseline.py, "
                      f"or options as --key=value")
@@ -252,7 +315,7 @@ def configure(settings, defaults, argv, model_config, epilog=""):
                 set_config(key, value, text)
             continue
         if key not in defaults:
-            fail(f"unknown config key '{key}' in the command line; {suggestion(key, defaults)}")
+            fail(unknown_argument(f"--{key}", defaults))
         if text is None:
             fail(f"'--{key}' has no value; write --{key}=VALUE or --{key} VALUE (python train.py --help lists them)")
         try:

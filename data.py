@@ -88,6 +88,30 @@ def get_tokenizer(name, compact_vocab=None, unknown=None):
     fail(f"unknown tokenizer {name!r}; use --tokenizer gpt2 or --tokenizer byte")
 
 
+def normalise_newlines(text):
+    """Windows' \\r\\n and a lone \\r as \\n: a copy of a text with other line endings gives the same tokens."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def read_text(path):
+    """A text file's contents, line endings normalised, as prepare_wikipedia.py and evaluate.py read one: anything but
+    UTF-8 text (a NUL byte: a token file, UTF-16, the byte tokenizer's end of text) is refused, naming the first bad
+    byte, rather than replaced silently."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        fail(f"cannot read {path} ({e.strerror}); make it readable, or leave it out of --input")
+    nul = data.find(b"\0")
+    if nul >= 0:  # no text file holds NUL; UTF-16 text and binary files do
+        fail(f"{path} has a NUL byte at byte offset {nul}: it is binary or UTF-16, not UTF-8 text")
+    try:
+        return normalise_newlines(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        fail(f"{path} is not UTF-8 text: byte 0x{data[e.start]:02x} at byte offset {e.start} ({e.reason}); "
+             f"convert it to UTF-8 first, e.g. iconv -f latin1 -t utf-8")
+
+
 TITLE_LINE = re.compile(r"^= (?!=)(.+) =$")  # '= Title =' but not '= = Section = ='
 
 
@@ -189,10 +213,20 @@ def check_dataset(dataset, block, vocab_size):
     return meta
 
 
-def read_meta(dataset):
-    """data/<dataset>/meta.json, for a trained model's tokenizer; one line naming the fix when it is missing or
-    broken."""
-    meta_path = os.path.join("data", dataset, "meta.json")
+def find_dataset(dataset, out_dir):
+    """The folder data/<dataset> of a run trained on it: in the working folder, else beside the run's folder or in a
+    folder above it (where the run was trained), else in this repository's folder; None where none holds meta.json."""
+    repository = os.path.dirname(os.path.abspath(__file__))
+    for folder in ["", *reversed(folder_chain(os.path.abspath(out_dir))), repository]:
+        if os.path.exists(os.path.join(folder, "data", dataset, "meta.json")):
+            return os.path.join(folder, "data", dataset)
+    return None
+
+
+def read_meta(dataset, data_dir=None):
+    """data/<dataset>/meta.json (or data_dir's), for a trained model's tokenizer; one line naming the fix when it is
+    missing or broken."""
+    meta_path = os.path.join(data_dir or os.path.join("data", dataset), "meta.json")
     if not os.path.exists(meta_path):
         fail(f"{meta_path} not found, and this checkpoint is older than the ones that carry their tokenizer; run from "
              f"the folder you trained in, or prepare '{dataset}' again")
@@ -394,34 +428,70 @@ def truncate_log(path, iter_num, on_error=None):
         write_atomic(path, kept.encode(), on_error)
 
 
-def check_same_data(checkpoint, meta, dataset, training=False):
-    """Stop with one line when data/<dataset> is not what the checkpoint's model was trained on: another tokenizer
-    or token numbering (evaluating or sampling would use the wrong mapping), or, to resume training, other text."""
+def check_same_data(checkpoint, meta, dataset, training=False, data_dir=None):
+    """Stop with one line when data/<dataset> (or data_dir) is not what the checkpoint's model was trained on: another
+    tokenizer or token numbering (evaluating or sampling would use the wrong mapping), or, to resume training or
+    evaluate a split (training=True), other text."""
     trained = checkpoint.get("dataset_meta") or {}  # older checkpoints do not say
     keys = ["tokenizer", "vocab_size", "compact_vocab"] + ["train_token_sum", "val_token_sum"] * training
     changed = [key for key in keys if key in trained and trained.get(key) != meta.get(key)]
     if changed:
         what = "its text" if set(changed) <= {"train_token_sum", "val_token_sum"} else "its tokens"
         hint = prepare_hint(dataset, trained.get("tokenizer", "gpt2"), "compact_vocab" in trained)
-        fail(f"data/{dataset} was prepared again since this model was trained on it ({what} differ: "
+        fail(f"{data_dir or 'data/' + dataset} was prepared again since this model was trained on it ({what} differ: "
              f"{', '.join(changed)}); prepare it as it was for training: {hint}")
 
 
-def trained_meta(checkpoint, ckpt_path):
+def check_tokenizer_record(meta, checkpoint, where, fix):
+    """Stop with one line where a tokenizer record (the dataset_meta a checkpoint carries, or a dataset's meta.json)
+    cannot be that of the checkpoint's model: a tokenizer other than gpt2 or byte, a compact vocabulary that is not
+    distinct GPT-2 ids with end-of-text among them, or a number of token ids other than the model's vocab_size (more,
+    or fewer where the run did not set vocab_size itself). where: the record's file; fix: what to do."""
+    vocab_size, set_by_user = checkpoint["model_config"]["vocab_size"], checkpoint["train_config"].get("vocab_size")
+    tokenizer, compact = (meta.get("tokenizer"), meta.get("compact_vocab")) if type(meta) is dict else (None, None)
+    eot, problem = 0 if tokenizer == "byte" else 50256, None
+    if tokenizer not in ("gpt2", "byte"):
+        problem = f"names the tokenizer {tokenizer!r}, not gpt2 or byte"
+    elif compact is not None and tokenizer != "gpt2":
+        problem = f"has a compact_vocab, which renumbers gpt2 tokens, beside the {tokenizer} tokenizer"
+    elif compact is not None and not (type(compact) is list and len(set(compact)) == len(compact) and all(
+            type(i) is int and 0 <= i < 50257 for i in compact)):
+        problem = "has a compact_vocab that is not a list of distinct GPT-2 token ids"
+    elif compact is not None and eot not in compact:
+        problem = "has a compact_vocab without the end-of-text token (GPT-2 id 50256)"
+    else:
+        n, eot_id = (len(compact), compact.index(eot)) if compact else (256 if tokenizer == "byte" else 50257, eot)
+        what = f"its compact vocabulary has {n} tokens" if compact else f"the {tokenizer} tokenizer has {n} tokens"
+        if meta.get("vocab_size", n) != n:
+            problem = f"says vocab_size={meta['vocab_size']!r}, but {what}"
+        elif meta.get("eot_token", eot_id) != eot_id:
+            problem = f"says eot_token={meta['eot_token']!r}, but {what}, with end-of-text at {eot_id}"
+        elif n > vocab_size or (n != vocab_size and set_by_user is None):
+            problem = f"does not fit the model: {what}, the model has vocab_size={vocab_size}"
+    if problem:
+        fail(f"the tokenizer record in {where} {problem}; {fix}")
+
+
+def trained_meta(checkpoint, ckpt_path, data_dir=None):
     """The meta.json of the dataset the checkpoint's model was trained on (its tokenizer, compact vocabulary): that of
-    data/<dataset> where the working folder has one, checked against the model, else the copy the checkpoint carries,
-    so that sample.py and evaluate.py need only the run's folder."""
+    data_dir (default data/<dataset> in the working folder) where there is one, checked against the model, else the
+    copy the checkpoint carries, checked too, so that sample.py and evaluate.py need only the run's folder."""
     dataset, carried = checkpoint["train_config"]["dataset"], checkpoint.get("dataset_meta") or {}
-    meta_path, vocab_size = os.path.join("data", dataset, "meta.json"), checkpoint["model_config"]["vocab_size"]
-    if not os.path.exists(meta_path) and carried.get("tokenizer") in ("gpt2", "byte"):
+    data_dir = data_dir or os.path.join("data", dataset)
+    meta_path, vocab_size = os.path.join(data_dir, "meta.json"), checkpoint["model_config"]["vocab_size"]
+    if carried:  # the one tokenizer record that is the model's own
+        check_tokenizer_record(carried, checkpoint, f"{ckpt_path} (its dataset_meta)",
+                               "the checkpoint was changed, or its record is another run's; use the run's own ckpt.pt")
+    if not os.path.exists(meta_path) and carried:
         return carried
-    meta = read_meta(dataset)
+    meta = read_meta(dataset, data_dir)
     trained = carried.get("tokenizer", meta["tokenizer"])  # older checkpoints do not say
     if meta["tokenizer"] != trained or meta.get("vocab_size", 0) > vocab_size:
         fail(f"{meta_path} says the {meta['tokenizer']} tokenizer ({meta.get('vocab_size')} tokens), but the model in "
-             f"{ckpt_path} was trained on {trained} tokens (vocab_size={vocab_size}): data/{dataset} was prepared "
+             f"{ckpt_path} was trained on {trained} tokens (vocab_size={vocab_size}): {data_dir} was prepared "
              f"again with another tokenizer; prepare it as it was for training")
-    check_same_data(checkpoint, meta, dataset)
+    check_same_data(checkpoint, meta, dataset, data_dir=data_dir)
+    check_tokenizer_record(meta, checkpoint, meta_path, f"prepare '{dataset}' again as it was for training")
     return meta
 
 

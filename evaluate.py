@@ -4,11 +4,18 @@ The loss of a trained model over a whole text: every token once, the same figure
     python evaluate.py --out_dir=out-wikitext2_valid_gpt2c                 # the run's own val split
     python evaluate.py --out_dir=out-wikitext2_valid_gpt2c --split=train
     python evaluate.py --out_dir=out-wikitext2_valid_gpt2c --input=my.txt  # any text, with the run's tokenizer
+    python evaluate.py --out_dir=out-reversal                              # reversal: held-out accuracy
+
+--input is read as prepare_wikipedia.py reads a text file: UTF-8 text, its line endings as \n; anything else (a NUL
+byte, as in a .bin token file, or bytes that are not UTF-8) is refused, not scored.
 
 The run's folder is all it needs for --input (the checkpoint carries the tokenizer); its own splits are read from
-data/<dataset>/ in the working folder. With a compact vocabulary (the GPT-2 configs), tokens that never occur in the
-training text have no id: they are left out of the text and counted ("tokens_outside_vocab"), as the training log's
-val_loss_seen_ids leaves out the val tokens whose id never occurs in train.bin.
+data/<dataset>/ in the working folder, else beside the run's folder or in a folder above it (where it was trained),
+else in the repository's folder. A reversal run is scored as train.py scores it: the share of its held-out sequences
+(--split=train: of those it trained on) that greedy decoding reverses exactly. With a compact vocabulary (the GPT-2
+configs), tokens that never occur in the training text have no id: they are left out of the text and counted
+("tokens_outside_vocab"), as the training log's val_loss_seen_ids leaves out the val tokens whose id never occurs
+in train.bin.
 
 The tokens are cut into non-overlapping windows of context_size + 1 tokens that share their edge token:
 window k reads tokens [kT, kT + T) and predicts tokens kT + 1 .. kT + T, so every token but the first is
@@ -28,9 +35,10 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 
+import reversal
 from configurator import add_flag, argument_parser, fail, on_ctrl_c, pick_device
-from data import (get_tokenizer, gpt2_encoding, load_checkpoint, split_wikitext, trained_meta, window_losses,
-                  window_starts)
+from data import (check_same_data, find_dataset, get_tokenizer, gpt2_encoding, load_checkpoint, prepare_hint,
+                  read_text, split_wikitext, trained_meta, window_losses, window_starts)
 
 
 def token_byte_lengths(meta):
@@ -52,11 +60,31 @@ def summarize(losses, targets, byte_lengths, totals=None):
             "bits_per_byte": float(nats / n_bytes / math.log(2)), "tokens": int(n), "bytes": int(n_bytes)}
 
 
+def reversal_accuracy(args, model, autocast):
+    """A reversal model's exact-sequence accuracy by greedy decoding, as train.py logs it (val_accuracy): on the
+    held-out sequences (--split=val) or on those it trained on (--split=train)."""
+    if args.input:
+        fail("a reversal model reads digit sequences, not text: leave out --input; it is scored on its held-out "
+             "sequences (--split=val) or on those it trained on (--split=train)")
+    train_sequences, held_out = reversal.split()
+    sequences = held_out if args.split == "val" else train_sequences
+    with autocast:
+        accuracy = reversal.accuracy(model, sequences, args.device)
+    n = sum(len(xs) for xs in sequences.values())
+    result = {"out_dir": args.out_dir, "source": f"reversal {'held-out' if args.split == 'val' else 'training'} "
+                                                 f"sequences", "accuracy": accuracy, "sequences": n}
+    print(f"{result['source']}: accuracy {accuracy:.2%} ({round(accuracy * n):,} of {n:,} reversed exactly, by "
+          f"greedy decoding)")
+    print(json.dumps(result))
+    return result
+
+
 def main(argv=None):
     parser = argument_parser(__doc__, "python evaluate.py")
     parser.add_argument("--out_dir", required=True, help="the training run's folder, holding ckpt.pt")
     parser.add_argument("--split", default="val", choices=("train", "val"),
-                        help="a split of the run's dataset, from data/<dataset>/ here")
+                        help="a split of the run's dataset, from data/<dataset>/ here, beside the run or above it "
+                             "(reversal: its held-out sequences, or those it trained on)")
     parser.add_argument("--input", default=None,
                         help="a text file to evaluate instead, tokenized as prepare_wikipedia.py would")
     parser.add_argument("--batch_size", type=int, default=16,
@@ -72,20 +100,17 @@ def main(argv=None):
 
     checkpoint, model = load_checkpoint(args.out_dir, args.device)
     dataset = checkpoint["train_config"]["dataset"]
-    if dataset == "reversal":
-        fail("the reversal task has no text to evaluate; its accuracy is in the run's log.jsonl")
-    meta = trained_meta(checkpoint, os.path.join(args.out_dir, "ckpt.pt"))
     autocast = nullcontext() if dtype == "float32" else torch.autocast(args.device.split(":")[0], getattr(torch, dtype))
+    if dataset == "reversal":
+        return reversal_accuracy(args, model, autocast)
+    data_dir = None if args.input else find_dataset(dataset, args.out_dir)
+    meta = trained_meta(checkpoint, os.path.join(args.out_dir, "ckpt.pt"), data_dir)
     if args.compile:
         model.hidden_states = torch.compile(model.hidden_states)
 
     unknown = []  # the text's tokens outside a compact vocabulary
     if args.input:
-        try:
-            with open(args.input, encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError) as e:
-            fail(f"cannot read {args.input} as UTF-8 text ({type(e).__name__}); give a .txt file")
+        text = read_text(args.input)  # as prepare reads a text file: UTF-8 without NUL, else refused in one line
         encode, _, _, eot = get_tokenizer(meta["tokenizer"], meta.get("compact_vocab"), unknown)
         articles = split_wikitext(text, os.path.basename(args.input))  # as prepare_wikipedia.py cuts text
         del text
@@ -93,11 +118,18 @@ def main(argv=None):
                                                              for _ in range(len(articles))])  # 2 bytes a token
         source = args.input
     else:
-        source = os.path.join("data", dataset, f"{args.split}.bin")
-        if not os.path.exists(source):
-            fail(f"{source} not found here: evaluate the run's own split from the folder that holds data/{dataset}/, "
-                 f"or any text with --input=FILE")
-        tokens = np.memmap(source, dtype=np.uint16, mode="r")
+        if data_dir is None:
+            fail(f"data/{dataset}/ not found here, beside {args.out_dir} or in a folder above it, nor in the "
+                 f"repository's folder: evaluate where it is, prepare it with "
+                 f"{prepare_hint(dataset, meta['tokenizer'], 'compact_vocab' in meta)}, or give any text with "
+                 f"--input=FILE")
+        check_same_data(checkpoint, meta, dataset, training=True, data_dir=data_dir)  # its text, not only its tokens
+        source = os.path.join(data_dir, f"{args.split}.bin")
+        n_tokens = os.path.getsize(source) / 2 if os.path.isfile(source) else None  # 2 bytes a token
+        if n_tokens is None or n_tokens % 1 or n_tokens != meta.get(f"{args.split}_tokens", n_tokens):  # cut short
+            fail(f"{source} is missing or does not hold the tokens its meta.json says; prepare it again with "
+                 f"{prepare_hint(dataset, meta['tokenizer'], 'compact_vocab' in meta)}")
+        tokens = np.memmap(source, dtype=np.uint16, mode="r") if n_tokens else np.zeros(0, np.uint16)
     if len(tokens) < 2:
         fail(f"{source} has {len(tokens)} token(s): nothing to predict; give a longer text")
 

@@ -35,8 +35,8 @@ import requests
 import urllib3
 
 from configurator import add_flag, argument_parser, fail, on_ctrl_c
-from data import (get_tokenizer, hold_folder, make_folder, note_holder, remove_stale_temporaries, split_wikitext,
-                  write_atomic)
+from data import (get_tokenizer, hold_folder, make_folder, normalise_newlines, note_holder, read_text,
+                  remove_stale_temporaries, split_wikitext, write_atomic)
 
 # Wikimedia asks API clients for a User-Agent naming the tool, its purpose and a contact
 USER_AGENT = (f"autoregressive-encoder-decoder-transformer/0.1 (prepare_wikipedia.py: builds a small "
@@ -252,29 +252,6 @@ def load_jsonl(path):
         articles.setdefault(article["pageid"], {"pageid": article["pageid"], "title": str(article.get("title", "")),
                                                 "text": normalise_newlines(article["text"])})
     return articles, clean
-
-
-def normalise_newlines(text):
-    """Windows' \\r\\n and a lone \\r as \\n: a copy of a text with other line endings gives the same tokens."""
-    return text.replace("\r\n", "\n").replace("\r", "\n")
-
-
-def read_text(path):
-    """A text file's contents, line endings normalised; anything but UTF-8 text is refused, naming the first bad
-    byte, rather than replaced silently."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        fail(f"cannot read {path} ({e.strerror}); make it readable, or leave it out of --input")
-    nul = data.find(b"\0")
-    if nul >= 0:  # no text file holds NUL; UTF-16 text and binary files do
-        fail(f"{path} has a NUL byte at byte offset {nul}: it is binary or UTF-16, not UTF-8 text")
-    try:
-        return normalise_newlines(data.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        fail(f"{path} is not UTF-8 text: byte 0x{data[e.start]:02x} at byte offset {e.start} ({e.reason}); "
-             f"convert it to UTF-8 first, e.g. iconv -f latin1 -t utf-8")
 
 
 def read_input(paths):

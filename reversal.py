@@ -57,17 +57,16 @@ def get_batch(sequences, batch_size, rng):
 
 
 @torch.no_grad()
-def accuracy(model, sequences, device):
+def accuracy(model, sequences, device, batch_size=1024):
     """Exact-sequence accuracy: after [START] x [SEP], greedy decoding (KV cache) must write reversed(x) exactly."""
     was_training = model.training
     model.eval()
     correct = total = 0
-    for n, xs in sequences.items():  # one batch per length: prompts of equal length
-        if not len(xs):
-            continue
-        prompt = np.concatenate([np.full((len(xs), 1), START), xs, np.full((len(xs), 1), SEP)], axis=1)
-        out = model.generate(torch.from_numpy(prompt).to(device), max_new_tokens=n, top_k=1)  # top_k=1: greedy
-        correct += (out[:, -n:].cpu().numpy() == xs[:, ::-1]).all(axis=1).sum()
-        total += len(xs)
+    for n, all_xs in sequences.items():
+        for xs in (all_xs[i:i + batch_size] for i in range(0, len(all_xs), batch_size)):  # prompts of one length
+            prompt = np.concatenate([np.full((len(xs), 1), START), xs, np.full((len(xs), 1), SEP)], axis=1)
+            out = model.generate(torch.from_numpy(prompt).to(device), max_new_tokens=n, top_k=1)  # top_k=1: greedy
+            correct += (out[:, -n:].cpu().numpy() == xs[:, ::-1]).all(axis=1).sum()
+            total += len(xs)
     model.train(was_training)
     return float(correct / total)

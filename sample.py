@@ -33,7 +33,8 @@ parser.add_argument("--num_samples", type=int, default=3, help="samples to draw,
 parser.add_argument("--max_new_tokens", type=int, default=300, help="tokens to generate (reversal: as many as digits)")
 parser.add_argument("--temperature", type=float, default=0.8, help="below 1: more likely tokens, above 1: more random")
 parser.add_argument("--top_k", type=int, default=None,
-                    help="sample only from the k most likely tokens (default 200; reversal: 1, greedy)")
+                    help="sample only from the k most likely tokens (default 200; reversal: 1, greedy, unless --top_p "
+                         "is given)")
 parser.add_argument("--top_p", type=float, default=None,
                     help="sample only from the fewest most likely tokens whose probabilities add up to p, e.g. 0.9 "
                          "(nucleus sampling; default: off)")
@@ -48,6 +49,8 @@ args = parser.parse_args()
 for name, allowed, fix in (("temperature", 0 < args.temperature < math.inf, "use a number above 0, e.g. 0.8"),
                            ("top_k", args.top_k is None or args.top_k >= 1, "use 1 or more"),
                            ("top_p", args.top_p is None or 0 < args.top_p <= 1, "use a number in (0, 1], e.g. 0.9"),
+                           ("top_p", args.top_p in (None, 1) or args.top_k != 1,  # greedy: top_p would do nothing
+                            "--top_k=1 keeps only the most likely token; leave out one of them"),
                            ("num_samples", args.num_samples >= 1, "use 1 or more"),
                            ("max_new_tokens", args.max_new_tokens >= 0, "use 0 or more"),
                            ("seed", 0 <= args.seed < 2 ** 63, "use an integer from 0 to 2**63 - 1")):
@@ -87,6 +90,7 @@ if start is not None:
 torch.manual_seed(args.seed)
 
 if dataset == "reversal":
+    top_k = args.top_k or (None if top_p else 1)  # one right answer: greedy, unless --top_p asks to sample
     if start is None:  # a random digit sequence per sample
         rng = np.random.default_rng(args.seed)
         prompts = [list(rng.integers(1, 10, size=rng.integers(1, reversal.MAX_LEN + 1)))
@@ -97,11 +101,11 @@ if dataset == "reversal":
         if not 1 <= len(digits) <= reversal.MAX_LEN or 0 in digits or other:
             fail(f"the reversal model takes 1 to {reversal.MAX_LEN} digits from 1 to 9, e.g. --start=\"3 5 4 2 1\"; "
                  f"got {start!r}")
-        prompts = [digits] * (args.num_samples if args.top_k not in (None, 1) else 1)  # greedy has one answer
-    for digits in prompts:  # one right answer: greedy by default
+        prompts = [digits] * (args.num_samples if top_k != 1 else 1)  # greedy has one answer
+    for digits in prompts:
         x = torch.tensor([reversal.START, *digits, reversal.SEP], dtype=torch.long, device=args.device)[None, :]
         with torch.no_grad(), autocast:
-            y = model.generate(x, len(digits), temperature=args.temperature, top_k=args.top_k or 1,
+            y = model.generate(x, len(digits), temperature=args.temperature, top_k=top_k,
                                compile=args.compile, top_p=top_p)
         print(" ".join(map(str, digits)) + " -> " + " ".join(str(int(i)) for i in y[0, x.shape[1]:]))
 else:

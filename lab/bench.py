@@ -520,4 +520,6 @@ def main():
 
 
 if __name__ == "__main__":
+    from configurator import script_start
+    script_start()  # printing never stops it; piped into a reader that stops early, it ends quietly
     main()

@@ -37,7 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # also as `python lab/study.py`
-from configurator import add_flag, argument_parser, configure, fail, on_ctrl_c, read_config, split_args
+from configurator import (add_flag, argument_parser, configure, fail, on_ctrl_c, read_config, split_args,
+                          unknown_argument)
 from data import hold_folder, make_folder, note_holder, prepare_hint, read_log, temporary_path, write_atomic
 from prepare_wikipedia import WIKITEXT2_FILES, read_text
 
@@ -991,7 +992,11 @@ def main(argv=None):
                                                         "control's (see pick_lr) and stop")
     args, overrides = parser.parse_known_args(argv)
     args.input, args.val_input = (path and os.path.abspath(path) for path in (args.input, args.val_input))
-    overrides = [f"--{key}={text}" for key, text in split_args(overrides)]  # --key value and --flag as --key=value
+    overrides = [f"--{key}={text}" if key else text for key, text in split_args(overrides)]  # all as --key=value
+    for key, _ in split_args(overrides):  # a mistyped study option: did you mean among its options and train.py's
+        if key and key not in train_defaults():
+            fail(unknown_argument(f"--{key}", [*train_defaults(), *(o[2:] for o in parser._option_string_actions)],
+                                  "python -m lab.study"))
     check_overrides(overrides)  # once, before anything runs: a setting train.py would refuse is one line here
     suite = SUITES[args.suite]
     if args.jobs < 1:

@@ -216,6 +216,14 @@ def trained(compact):
     run("train.py", *COMPACT_RUN, cwd=compact)
     return compact
 
+@pytest.fixture(scope="session")
+def reversal_run(tmp_path_factory):
+    """A folder with a finished 4-iteration tiny reversal run in rev/: evaluate.py and sample.py tests."""
+    root = tmp_path_factory.mktemp("reversal")
+    run("train.py", "--dataset=reversal", "--n_layer=1", "--n_embed=16", "--n_head=2", "--max_iters=4",
+        "--eval_interval=2", "--device=cpu", "--out_dir=rev", cwd=root)
+    return root
+
 # -----------------------------------------------------------------------------
 # a fake host of the WikiText-2 files: prepare_wikipedia.py and data.py tests
 

@@ -8,12 +8,13 @@ for train.py, argparse for the others), and stops there: no model, no data. CPU 
 import argparse
 import os
 import runpy
+import subprocess
 import sys
 
 import pytest
 
 import configurator
-from conftest import ROOT
+from conftest import ENV, ROOT
 from lab import study
 
 SCRIPTS = ["train.py", "sample.py", "evaluate.py", "prepare_wikipedia.py", "lab/study.py", "lab/bench.py"]
@@ -107,3 +108,81 @@ def test_the_settings_a_study_passes_to_train_py_take_the_same_grammar():
         "n_layer": 1, "compile": True, "dtype": "float32", "rotary": "true"}  # as train.py reads them
     assert configurator.split_args(["--n_layer", "1", "--compile", "--dtype=float32"]) == [
         ("n_layer", "1"), ("compile", "True"), ("dtype", "float32")]
+
+
+@pytest.mark.parametrize("script, args", [(script, ["--help"]) for script in SCRIPTS] + [
+    ("lab/study.py", ["--suite=byte", "--summary"]),
+    ("sample.py", ["--out_dir=out_full", "--num_samples=40", "--max_new_tokens=300", "--device=cpu"]),
+    ("evaluate.py", ["--out_dir=out_full", "--device=cpu"])],
+    ids=[*SCRIPTS, "study_summary", "sample", "evaluate"])
+def test_output_piped_into_a_reader_that_stopped_ends_quietly(workdir, script, args):
+    """`python train.py -h | head -3`: the reader is gone before the script writes (here: a pipe whose reading end
+    is closed), and the script ends without a BrokenPipeError, its traceback or "Exception ignored" (exit 120)."""
+    reading, writing = os.pipe()
+    os.close(reading)
+    try:
+        result = subprocess.run([sys.executable, os.path.join(ROOT, script), *args], cwd=workdir, env=ENV,
+                                stdout=writing, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(writing)
+    assert result.returncode in (0, 1), (result.returncode, result.stderr)
+    assert not any(word in result.stderr for word in ("Traceback", "BrokenPipe", "Exception ignored")), result.stderr
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("word", ["yes", "no", "1", "0", "on"])
+def test_a_boolean_flag_followed_by_a_word_that_is_not_true_or_false_names_the_flag(script, word, monkeypatch):
+    """train.py --compile yes answered "config file 'yes' not found"."""
+    flag = SETTINGS[script][1]
+    with pytest.raises(SystemExit) as exit:
+        parse(script, [f"--{flag}", word, *["--out_dir=x"] * (script == "evaluate.py")], monkeypatch)
+    message = str(exit.value.code)
+    assert message.startswith("error: ") and "\n" not in message, message
+    assert f"--{flag}" in message and "True or False" in message and "config file" not in message, message
+
+
+def unknown_flag_message(script, argv, monkeypatch):
+    """The one line of script given argv (a study: from its main, which hands what it does not know to train.py)."""
+    with pytest.raises(SystemExit) as exit:
+        if script == "lab/study.py":
+            study.main(["--summary=True", *argv])
+        else:
+            parse(script, [*["--out_dir=x"] * (script == "evaluate.py"), *argv], monkeypatch)
+    message = str(exit.value.code)
+    assert message.startswith("error: ") and "\n" not in message, message
+    return message
+
+
+@pytest.mark.parametrize("script, typed, meant", [
+    ("train.py", "--n_layr=2", "n_layer"), ("train.py", "--batch-size=2", "batch_size"),
+    ("sample.py", "--temprature=0.5", "temperature"), ("sample.py", "--top-p=0.9", "top_p"),
+    ("sample.py", "--num-samples", "num_samples"), ("evaluate.py", "--batchsize=4", "batch_size"),
+    ("prepare_wikipedia.py", "--tokeniser=byte", "tokenizer"), ("lab/study.py", "--sumary", "summary"),
+    ("lab/study.py", "--n_layr=1", "n_layer"), ("lab/bench.py", "--decode_tokns=5", "decode_tokens")])
+def test_an_unknown_flag_gets_the_same_did_you_mean_in_every_script(script, typed, meant, monkeypatch):
+    """One grammar, one message: the argparse scripts said only "unrecognized arguments"."""
+    message = unknown_flag_message(script, [typed], monkeypatch)
+    key = typed[2:].split("=")[0]
+    assert f"unknown config key '{key}' in the command line; did you mean '{meant}'?" in message, message
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("argv", [["--"], ["--", f"--seed=1"], ["-seed=1"], ["stray"]])
+def test_an_argument_that_is_not_a_flag_is_named_as_typed(script, argv, monkeypatch):
+    """A bare '--' gave "unknown config key ''"; `lab.study --summary -- --n_layer=1`, a value never typed ('True')."""
+    if script == "train.py" and argv == ["stray"]:  # a config file here
+        argv = ["stray.py"]
+    message = unknown_flag_message(script, argv, monkeypatch)
+    assert f"'{argv[0]}'" in message and "True" not in message and "''" not in message, message
+    assert "--key=value" in message or "config file" in message, message
+
+
+@pytest.mark.parametrize("script", [s for s in SCRIPTS if s != "train.py"])
+def test_help_shows_each_default_as_train_py_does(script, monkeypatch):
+    """sample.py --help and evaluate.py --help hid their defaults; train.py --help shows them."""
+    parser = parse(script, ["--out_dir=x"] * (script == "evaluate.py"), monkeypatch).parser
+    formatter = parser._get_formatter()
+    for action in parser._actions:
+        if action.option_strings and action.default not in (None, argparse.SUPPRESS) and action.help:
+            assert "default" in formatter._expand_help(action), (action.dest, formatter._expand_help(action))
+    assert "(default: 0.8)" in parse("sample.py", [], monkeypatch).parser.format_help()

@@ -18,6 +18,7 @@ from torch.nn import functional as F
 import data
 import evaluate
 import prepare_wikipedia as pw
+import reversal
 from conftest import ENV, ROOT, WORDS, assert_interrupted, assert_one_line_error, interrupted_at, run, tiny_model
 
 
@@ -187,7 +188,8 @@ def test_evaluate_input_leaves_out_and_counts_the_tokens_outside_a_compact_vocab
 
 def test_evaluate_needs_only_the_run_folder_for_any_text(trained, tmp_path):
     """The checkpoint carries the tokenizer and the compact vocabulary: a copy of the run, evaluated from a folder
-    without data/, scores a text as beside its data; its own split there is a one-line error naming --input."""
+    without data/, scores a text as beside its data; its own split, found nowhere, is a one-line error saying where
+    it was looked for and naming --input."""
     shutil.copytree(trained / "run", tmp_path / "copy")
     (tmp_path / "elsewhere").mkdir()
     beside_data = evaluate_in(trained, "--out_dir=run", f"--input={trained / 'text.txt'}")
@@ -196,7 +198,39 @@ def test_evaluate_needs_only_the_run_folder_for_any_text(trained, tmp_path):
     assert alone == beside_data
     with pytest.raises(SystemExit) as exit:
         evaluate_in(tmp_path / "elsewhere", f"--out_dir={tmp_path / 'copy'}")
-    assert_one_line_error(str(exit.value.code), "data/small/val.bin not found here", "--input")
+    assert_one_line_error(str(exit.value.code), "data/small/ not found", "above", "--input", "prepare_wikipedia.py")
+
+
+def test_evaluate_finds_a_run_own_split_from_any_working_folder(trained, tmp_path):
+    """data/<dataset> beside the run's folder or above it (where it was trained) is found from anywhere: it worked
+    only from the training folder."""
+    here = evaluate_in(trained, "--out_dir=run")
+    (tmp_path / "elsewhere").mkdir()
+    away = evaluate_in(tmp_path / "elsewhere", f"--out_dir={trained / 'run'}")
+    assert away["source"] == str(trained / "data" / "small" / "val.bin") and here["source"] == "data/small/val.bin"
+    assert {k: v for k, v in away.items() if k not in ("out_dir", "source")} == {
+        k: v for k, v in here.items() if k not in ("out_dir", "source")}
+
+
+def test_evaluate_a_reversal_checkpoint_gives_the_held_out_accuracy_train_py_logs(reversal_run, tmp_path,
+                                                                                   monkeypatch):
+    """A reversal run (it was refused) is scored as train.py scores it: exact-sequence accuracy by greedy decoding on
+    the held-out sequences, from any working folder; --split=train on the sequences it trained on; --input refused."""
+    logged = [json.loads(line) for line in open(reversal_run / "rev" / "log.jsonl")][-1]
+    held_out = evaluate_in(tmp_path, f"--out_dir={reversal_run / 'rev'}", "--device=cpu")
+    train_sequences, held_out_sequences = reversal.split()
+    assert held_out["sequences"] == sum(map(len, held_out_sequences.values())) == 480
+    assert held_out["accuracy"] == logged["val_accuracy"]
+    train_sequences = {n: xs[:300] for n, xs in train_sequences.items()}  # a part of the 66k: seconds, not minutes
+    monkeypatch.setattr(reversal, "split", lambda: (train_sequences, held_out_sequences))
+    trained_on = evaluate_in(reversal_run, "--out_dir=rev", "--split=train", "--device=cpu")
+    assert trained_on["sequences"] == sum(map(len, train_sequences.values()))
+    assert trained_on["accuracy"] == reversal.accuracy(data.load_checkpoint(str(reversal_run / "rev"))[1],
+                                                       train_sequences, "cpu")
+    (tmp_path / "text.txt").write_text("3 5 4\n")
+    with pytest.raises(SystemExit) as exit:
+        evaluate_in(reversal_run, "--out_dir=rev", f"--input={tmp_path / 'text.txt'}")
+    assert_one_line_error(str(exit.value.code), "reversal", "leave out --input")
 
 
 @pytest.mark.parametrize("args, fragment", [
@@ -212,6 +246,55 @@ def test_bad_input_is_one_line_error(trained, args, fragment):
     with pytest.raises(SystemExit) as exit:
         evaluate_in(trained, *args)
     assert_one_line_error(str(exit.value.code), fragment)  # a message as the code: exit status 1
+
+
+@pytest.mark.parametrize("content, fragment", [
+    (np.frombuffer(b"the river castle was built " * 40, np.uint8).astype(np.uint16).tobytes(), "has a NUL byte"),
+    (b"the river castle\0was built in a year by the king of the north\n", "has a NUL byte at byte offset 16"),
+    ("the café was built\n".encode("latin-1"), "is not UTF-8 text: byte 0xe9"),
+], ids=["byte_tokens_bin", "nul_in_text", "latin1"])
+def test_evaluate_input_refuses_what_prepare_refuses_as_text_with_the_same_line(trained, content, fragment):
+    """--input is read as prepare_wikipedia.py reads a text file: a token file, a NUL (the byte tokenizer's end of
+    text) or bytes that are not UTF-8 are refused in one line, the line prepare gives, not scored (it was, exit 0)."""
+    (trained / "notext.bin").write_bytes(content)
+    with pytest.raises(SystemExit) as exit:
+        evaluate_in(trained, "--out_dir=run", "--input=notext.bin")
+    with pytest.raises(SystemExit) as prepare_exit:
+        pw.main(["--input", str(trained / "notext.bin"), "--out_dir", str(trained / "refused"), "--name", "x"])
+    assert_one_line_error(str(exit.value.code), "notext.bin", fragment)
+    assert str(prepare_exit.value.code).replace(str(trained / "notext.bin"), "notext.bin") == str(exit.value.code)
+
+
+def tampered_record(trained, folder, change):
+    """A copy of the compact run in folder/run whose checkpoint's tokenizer record (dataset_meta) is changed by
+    change(record)."""
+    shutil.copytree(trained / "run", folder / "run")
+    checkpoint = torch.load(folder / "run" / "ckpt.pt", weights_only=True)
+    change(checkpoint["dataset_meta"])
+    torch.save(checkpoint, folder / "run" / "ckpt.pt")
+
+
+@pytest.mark.parametrize("change, fragments", [
+    (lambda r: r.pop("compact_vocab"), ["gpt2 tokenizer has 50257 tokens", "vocab_size="]),
+    (lambda r: r.update(tokenizer="sentencepiece"), ["'sentencepiece'", "gpt2 or byte"]),
+    (lambda r: r.update(tokenizer="byte"), ["compact_vocab", "gpt2"]),
+    (lambda r: r.update(compact_vocab=r["compact_vocab"][:-1]), ["end-of-text"]),
+    (lambda r: r.update(compact_vocab=[0, 0] + r["compact_vocab"][2:]), ["distinct"]),
+    (lambda r: (r.pop("compact_vocab"), r.update(tokenizer="byte", vocab_size=256, eot_token=0)),
+     ["byte tokenizer has 256 tokens", "vocab_size="]),
+    (lambda r: (r.clear(), r.update(tokenizer=["gpt2"])), ["['gpt2']", "gpt2 or byte"]),
+], ids=["no_compact_vocab", "unknown_tokenizer", "byte_with_compact_vocab", "no_end_of_text", "repeated_ids",
+        "another_tokenizer", "not_a_name"])
+def test_a_checkpoint_tokenizer_record_that_disagrees_with_the_model_is_one_line(trained, tmp_path, change, fragments):
+    """The tokenizer record a checkpoint carries, used where no data/ is beside it, is checked against the model's
+    vocabulary: without its compact_vocab sample.py printed 'theastastast...' (exit 0) and evaluate.py raised an
+    IndexError; another tokenizer's record, or one without end-of-text, a KeyError."""
+    tampered_record(trained, tmp_path, change)
+    (tmp_path / "text.txt").write_text((trained / "text.txt").read_text(encoding="utf-8"), encoding="utf-8")
+    for script, args in [("sample.py", ["--start= the castle", "--max_new_tokens=5"]),
+                         ("evaluate.py", ["--input=text.txt"])]:
+        result = run(script, "--out_dir=run", "--device=cpu", *args, cwd=tmp_path, check=False)
+        assert_one_line_error(result, "run/ckpt.pt", "dataset_meta", *fragments)
 
 
 def test_a_dataset_prepared_again_with_another_tokenizer_is_refused(trained, tmp_path):
@@ -268,3 +351,14 @@ def test_evaluation_memory_does_not_grow_with_the_length_of_the_text(workdir):
 def test_ctrl_c_is_one_line(workdir):
     assert_interrupted(interrupted_at("torch", "load", "evaluate.py", "--out_dir=out_full", "--device=cpu",
                                       cwd=workdir), "nothing was written")
+
+
+@pytest.mark.parametrize("cut", [1, 2], ids=["odd_bytes", "a_token_short"])
+def test_a_split_cut_short_is_one_line_error(trained, tmp_path, cut):
+    shutil.copytree(trained / "data", tmp_path / "data")
+    os.symlink(trained / "run", tmp_path / "run")
+    val = tmp_path / "data" / "small" / "val.bin"
+    val.write_bytes(val.read_bytes()[:-cut])
+    with pytest.raises(SystemExit) as exit:
+        evaluate_in(tmp_path, "--out_dir=run")
+    assert_one_line_error(str(exit.value.code), "data/small/val.bin", "prepare it again")

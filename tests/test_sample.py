@@ -77,6 +77,21 @@ def test_sample_with_a_broken_or_mismatched_meta_is_one_line_error(workdir, tmp_
     assert_one_line_error(run("sample.py", "--out_dir=out", "--device=cpu", cwd=tmp_path, check=False), *fragments)
 
 
+def test_top_p_beside_greedy_top_k_is_refused_naming_both(workdir):
+    """--top_k=1 --top_p=0.5 ignored top_p without a word."""
+    result = run("sample.py", "--out_dir=out_full", "--top_k=1", "--top_p=0.5", "--device=cpu", cwd=workdir,
+                 check=False)
+    assert_one_line_error(result, "top_p=0.5", "--top_k=1", "leave out one of them")
+
+
+def test_a_reversal_model_decodes_greedily_unless_top_p_asks_to_sample(reversal_run):
+    """Greedy has one answer, printed once; --top_p without --top_k samples (it was ignored): num_samples answers."""
+    common = ["--out_dir=rev", "--start=3 5 4", "--num_samples=4", "--device=cpu"]
+    greedy = run("sample.py", *common, cwd=reversal_run).stdout.splitlines()
+    nucleus = run("sample.py", *common, "--top_p=0.9", "--temperature=5", cwd=reversal_run).stdout.splitlines()
+    assert len(greedy) == 1 and len(nucleus) == 4 and len(set(nucleus)) > 1, (greedy, nucleus)
+
+
 def test_ctrl_c_is_one_line(workdir):
     assert_interrupted(interrupted_at("torch", "load", "sample.py", "--out_dir=out_full", cwd=workdir))
 
