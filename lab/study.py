@@ -230,11 +230,8 @@ def train(suite, results, run, seed, max_iters, overrides=(), gpu=None):
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     t0 = time.time()
-    process = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    RUNNING.add(process)
-    output = process.communicate()[0]
-    RUNNING.discard(process)
-    if process.returncode:
+    returncode, output = run_process(cmd, env)
+    if returncode:
         if STOP.is_set():
             return "cut short; its last checkpoint is kept", None
         return f"FAILED ({' '.join(cmd[1:])}):\n{output[-2000:]}", None
@@ -259,19 +256,32 @@ def pick_lr(rates, n_jobs, seed=0, reference="encdec_none"):
         log = run_log(os.path.join(out_dir, "log.jsonl"), ("iter", "train_loss"))
         if not log or log[-1]["iter"] < max(ref):
             resume = ["--init_from=resume"] if os.path.exists(os.path.join(out_dir, "ckpt.pt")) else []
-            done = subprocess.run([sys.executable, "train.py", "config/cpu_gpt2_baseline.py", f"--seed={seed}",
-                                   f"--learning_rate={rate}", f"--min_lr={rate / 10}", f"--max_iters={max(ref)}",
-                                   f"--out_dir={os.path.relpath(out_dir, ROOT)}", *resume], cwd=ROOT, text=True,
-                                  env=dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"), capture_output=True)
-            if done.returncode:
+            if STOP.is_set():  # Ctrl-C: no new runs
+                return None
+            returncode, output = run_process(
+                [sys.executable, "train.py", "config/cpu_gpt2_baseline.py", f"--seed={seed}", f"--learning_rate={rate}",
+                 f"--min_lr={rate / 10}", f"--max_iters={max(ref)}", f"--out_dir={os.path.relpath(out_dir, ROOT)}",
+                 *resume], dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"))
+            if returncode and not STOP.is_set():
                 fail(f"the baseline at learning_rate={rate:g} failed: "
-                     + ((done.stderr.strip().splitlines() or ["(no message)"])[-1]).removeprefix("error: "))
+                     + ((output.strip().splitlines() or ["(no message)"])[-1]).removeprefix("error: "))
+            if returncode:
+                return None
             log = run_log(os.path.join(out_dir, "log.jsonl"), ("iter", "train_loss"))
         d = [r["train_loss"] - ref[r["iter"]] for r in log if r["iter"] >= 100 and r["iter"] in ref]
         return math.sqrt(sum(x * x for x in d) / len(d)), sum(d) / len(d)
 
-    with ThreadPoolExecutor(n_jobs) as pool:
+    pool = ThreadPoolExecutor(n_jobs)
+    try:
         distances = dict(zip(rates, pool.map(run, rates)))
+    except KeyboardInterrupt:
+        STOP.set()
+        killed = stop_runs()
+        pool.shutdown(wait=True, cancel_futures=True)
+        print(f"interrupted: the runs cut short keep their last checkpoint in {os.path.relpath(results)}/{killed}; "
+              f"the same command goes on from there", file=sys.stderr, flush=True)
+        raise SystemExit(130)
+    pool.shutdown()
     for rate, (rms, mean) in distances.items():
         print(f"learning_rate={rate:g}: train loss - {reference}'s: rms {rms:.4f}, mean {mean:+.4f}")
     best = min(rates, key=lambda rate: distances[rate][0])
@@ -280,6 +290,37 @@ def pick_lr(rates, n_jobs, seed=0, reference="encdec_none"):
 
 
 STOP, RUNNING = threading.Event(), set()  # Ctrl-C: start no more runs; the train.py processes running now
+STOP_WAIT = 30  # seconds a run has, once stopped, to say where its checkpoint is and end, before it is killed
+
+
+def run_process(cmd, env):
+    """(exit status, stdout and stderr) of cmd (a train.py run), run from the repository, where a stop reaches it."""
+    process = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    RUNNING.add(process)
+    try:
+        output = process.communicate()[0]
+    finally:
+        RUNNING.discard(process)
+    return process.returncode, output
+
+
+def stop_runs():
+    """Pass a stop (Ctrl-C, SIGTERM, SIGHUP) on to the runs still going, then kill those still going after STOP_WAIT
+    seconds: SIGTERM, not SIGINT, which a study started in the background, and so its runs, ignore (if the study was
+    started ignoring SIGTERM too, SIGINT). Returns what to add to the line that says so: the runs killed, if any."""
+    processes = list(RUNNING)
+    if os.name == "posix":  # Windows has no signal to send; its console's Ctrl-C reaches every process itself
+        stop = signal.SIGINT if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN else signal.SIGTERM
+        for process in processes:
+            process.send_signal(stop)
+    deadline, killed = time.monotonic() + STOP_WAIT, 0
+    for process in processes:
+        try:
+            process.wait(timeout=max(0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            killed += 1
+    return f"; {killed} did not stop within {STOP_WAIT} s and were killed" if killed else ""
 
 
 def run_all(suite, results, jobs, max_iters, n_jobs, overrides=(), gpus=()):
@@ -309,15 +350,13 @@ def run_all(suite, results, jobs, max_iters, n_jobs, overrides=(), gpus=()):
             print(f"[{i:2d}/{len(jobs)}] {run} seed {seed}: {losses}{status}; {minutes:.1f} min so far", flush=True)
     except KeyboardInterrupt:
         STOP.set()
-        for process in list(RUNNING):  # each saves nothing more and says where its checkpoint is
-            if os.name == "posix":  # also when SIGTERM or SIGHUP came to the study alone; Windows has no SIGINT to
-                process.send_signal(signal.SIGINT)  # send, but its console's Ctrl-C reaches every process itself
+        killed = stop_runs()  # each saves nothing more and says where its checkpoint is
         pool.shutdown(wait=True, cancel_futures=True)
         ended = [(job, f.result()) for job, f in zip(jobs, futures) if f.done() and not f.cancelled()]
         cut = [f"{run} seed {seed}" for (run, seed), (status, _) in ended if status.startswith("cut short")]
         done = sum(last is not None for _, (_, last) in ended)
         print(f"interrupted: {done} run(s) of this batch finished and are kept in {os.path.relpath(results)}/; "
-              f"{len(cut)} cut short keep their last checkpoint ({', '.join(cut) or 'none'}); "
+              f"{len(cut)} cut short keep their last checkpoint ({', '.join(cut) or 'none'}){killed}; "
               f"`python -m lab.study --suite={suite}` goes on from there", file=sys.stderr, flush=True)
         raise SystemExit(130)
     pool.shutdown()

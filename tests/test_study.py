@@ -601,6 +601,63 @@ def test_ctrl_c_or_a_stop_signal_stops_the_study_and_its_runs_keeps_what_ran_and
     os.close(reader)
 
 
+def stopped_study(tmp_path, stand_in, ignored=(), stop="SIGTERM", lines=()):
+    """A study of 5 runs, 2 at a time, whose train.py is stand_in (Python source: it calls started() once ready, and
+    may append to the file `stopped`), started with the signals `ignored` ignored and sent `stop` once both stand-ins have started; lines:
+    Python run in the study first. Returns (the study's exit status, its stderr, the stand-ins' pids). Bounded: the
+    study and the stand-ins are killed after 30 s."""
+    fifo, stopped = tmp_path / "started", tmp_path / "stopped"
+    os.mkfifo(fifo)
+    child = (f"import os, signal, sys\nsys.path.insert(0, {ROOT!r})\nstopped = {str(stopped)!r}\n"
+             f"started = lambda: open({str(fifo)!r}, 'w').write(f'started {{os.getpid()}}\\n')\n{stand_in}")
+    code = ("import subprocess, sys\nfrom lab import study\nfrom configurator import on_ctrl_c\n"
+            "on_ctrl_c('the runs finished so far are kept')\n"  # as `python -m lab.study` starts
+            + "".join(f"{line}\n" for line in lines) + "real = subprocess.Popen\n"
+            f"study.subprocess.Popen = lambda cmd, **kw: real([sys.executable, '-c', {child!r}], **kw)\n"
+            f"study.run_all('gpt2', {str(tmp_path)!r}, [('baseline', seed) for seed in range(5)], 10, 2)\n")
+    process = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=ENV, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: [signal.signal(getattr(signal, s), signal.SIG_IGN) for s in ignored])
+    pids = []
+    try:
+        while len(pids) < 2:  # the two stand-ins say they started: no waiting on a clock
+            with open(fifo) as f:
+                pids += [int(line.split()[1]) for line in f.read().splitlines()]
+        process.send_signal(getattr(signal, stop))  # to the study alone: it passes the stop on to its runs
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        for pid in [process.pid, *pids]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:  # ended
+                pass
+        process.wait()
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    assert os.read(reader, 100) == b""  # no third run was started
+    os.close(reader)
+    return process.returncode, stderr, pids
+
+
+def test_a_study_started_with_ctrl_c_ignored_passes_a_stop_on_to_its_runs_which_ignore_ctrl_c_too(tmp_path):
+    """`nohup python -m lab.study ... &` in a script starts the study, and so its runs, with SIGINT ignored: SIGTERM
+    stops the study and every run, at once; each run stops as train.py does (a KeyboardInterrupt) and keeps its
+    checkpoint."""
+    stand_in = ("import configurator\nconfigurator.script_start()\nstarted()\ntry:\n    signal.pause()\n"
+                "except KeyboardInterrupt:\n    open(stopped, 'a').write('stopped\\n')\n    sys.exit(1)\n")
+    status, stderr, _ = stopped_study(tmp_path, stand_in, ignored=["SIGINT", "SIGHUP"])
+    assert status == 130 and "Traceback" not in stderr, stderr
+    assert_interrupted(subprocess.CompletedProcess([], 130, "", stderr), "2 cut short keep their last checkpoint")
+    assert (tmp_path / "stopped").read_text() == "stopped\n" * 2
+
+
+def test_a_run_that_does_not_stop_is_killed_after_a_while_and_the_study_says_so(tmp_path):
+    stand_in = "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):\n    signal.signal(s, signal.SIG_IGN)\n" \
+               "started()\nsignal.pause()\n"
+    status, stderr, pids = stopped_study(tmp_path, stand_in, lines=["study.STOP_WAIT = 1"])
+    assert status == 130 and "Traceback" not in stderr, stderr
+    assert_interrupted(subprocess.CompletedProcess([], 130, "", stderr), "2 cut short keep their last checkpoint",
+                       "2 did not stop within 1 s and were killed")
+
+
 def test_a_study_refuses_the_runs_of_another_study_in_its_results_folder(tmp_path, monkeypatch):
     """The gpt2 study's committed logs (no study.json: they are its runs by the folder they are in) are not the byte
     study's runs, to train or to table; a run folder the study trained in says whose run it holds (study.json), with
@@ -704,8 +761,8 @@ def test_dry_run_measures_a_cpu_runs_speed_also_as_python_m_lab_study():
 def test_a_train_py_failure_while_picking_the_learning_rate_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(study, "ROOT", str(tmp_path))
     write_log(tmp_path / "lab" / "results" / "gpt2_study" / "encdec_none_seed0", range(0, 1250, 50))
-    monkeypatch.setattr(study.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(
-        cmd, 1, "", "eval 0: ...\nerror: could not write out/log.jsonl: the disk is full\n"))
+    monkeypatch.setattr(study, "run_process", lambda cmd, env: (
+        1, "eval 0: ...\nerror: could not write out/log.jsonl: the disk is full\n"))
     with pytest.raises(SystemExit) as e:
         study.main(["--pick_lr=0.001"])
     assert_one_line_error(str(e.value.code), "the baseline at learning_rate=0.001 failed: could not write "

@@ -12,11 +12,14 @@ import glob
 import json
 import math
 import os
+import queue
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -519,6 +522,52 @@ def test_ctrl_c_or_a_stop_signal_says_where_the_last_checkpoint_is(workdir, stop
     assert "interrupted at iteration" in stderr and f"out_{stop}/ckpt.pt (iteration 0)" in stderr
     assert f"--out_dir=out_{stop} --init_from=resume" in stderr
     assert sorted(os.listdir(workdir / f"out_{stop}")) == ["ckpt.pt", "log.jsonl"]
+
+
+def output_lines(process):
+    """The lines of process's stdout as they come, in a queue a thread fills (None at the end): a test waits for a
+    line with a timeout, never on a clock."""
+    lines = queue.Queue()
+
+    def read():
+        for line in process.stdout:
+            lines.put(line)
+        lines.put(None)
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def wait_for(lines, prefix, timeout=120):
+    """The next line starting with prefix (lines: output_lines), within timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        line = lines.get(timeout=max(0, deadline - time.monotonic()))
+        assert line is not None, f"the output ended before a line starting with {prefix!r}"
+        if line.startswith(prefix):
+            return line
+
+
+@pytest.mark.parametrize("ignored, stop", [("SIGHUP", "SIGTERM"), ("SIGTERM", "SIGINT"), ("SIGINT", "SIGTERM")])
+def test_a_signal_ignored_where_the_run_started_as_nohup_ignores_a_hang_up_stays_ignored(tmp_path, ignored, stop):
+    """`nohup python train.py ... &` ignores SIGHUP (a shell script's background job, SIGINT too): the terminal closing
+    does not stop the run, which trains on; a stop it does not ignore still says where its checkpoint is."""
+    ignore = getattr(signal, ignored)
+    process = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), "--dataset=reversal", "--n_layer=1",
+                                "--n_embed=16", "--n_head=2", "--max_iters=1000000", "--log_interval=1",
+                                "--device=cpu", "--out_dir=out"], cwd=tmp_path, env={**ENV, "PYTHONUNBUFFERED": "1"},
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               preexec_fn=lambda: signal.signal(ignore, signal.SIG_IGN))
+    try:
+        lines = output_lines(process)
+        wait_for(lines, "iter 1:")
+        process.send_signal(ignore)
+        wait_for(lines, "iter 3:")  # two steps later: still training
+        process.send_signal(getattr(signal, stop))
+        assert "interrupted at iteration" in wait_for(lines, "interrupted")
+        assert process.wait(timeout=60) != 0
+    finally:
+        process.kill()
+        process.wait()
 
 
 def test_ctrl_c_in_the_first_seconds_is_one_line_too(workdir):
