@@ -25,6 +25,7 @@ import json
 import math
 import os
 import queue
+import shlex
 import shutil
 import signal
 import statistics
@@ -323,9 +324,10 @@ def stop_runs():
     return f"; {killed} did not stop within {STOP_WAIT} s and were killed" if killed else ""
 
 
-def run_all(suite, results, jobs, max_iters, n_jobs, overrides=(), gpus=()):
+def run_all(suite, results, jobs, max_iters, n_jobs, overrides=(), gpus=(), go_on=None):
     """Train the (run, seed) jobs, n_jobs at a time, or one per GPU of gpus, each seeing only its own. Ctrl-C stops
-    them all, keeping every finished run and the last checkpoint of every run cut short, and says how to go on."""
+    them all, keeping every finished run and the last checkpoint of every run cut short, and says how to go on (go_on:
+    the command that continues the study)."""
     start, failed = time.time(), 0
     free = queue.Queue()
     for gpu in gpus:
@@ -337,11 +339,12 @@ def run_all(suite, results, jobs, max_iters, n_jobs, overrides=(), gpus=()):
             return train(suite, results, run, seed, max_iters or suite_iters(suite, run), overrides, gpu)
         finally:
             free.put(gpu)
-    pool = ThreadPoolExecutor(len(gpus) or n_jobs)
-    futures = [pool.submit(on_a_free_gpu, run, seed) if gpus else
-               pool.submit(train, suite, results, run, seed, max_iters or suite_iters(suite, run), overrides)
-               for run, seed in jobs]
-    try:
+    pool, futures = ThreadPoolExecutor(len(gpus) or n_jobs), []
+    try:  # a stop while the runs are being handed out too
+        for run, seed in jobs:
+            futures.append(pool.submit(on_a_free_gpu, run, seed) if gpus else
+                           pool.submit(train, suite, results, run, seed, max_iters or suite_iters(suite, run),
+                                       overrides))
         for i, ((run, seed), future) in enumerate(zip(jobs, futures), 1):
             status, last = future.result()
             failed += last is None
@@ -357,7 +360,7 @@ def run_all(suite, results, jobs, max_iters, n_jobs, overrides=(), gpus=()):
         done = sum(last is not None for _, (_, last) in ended)
         print(f"interrupted: {done} run(s) of this batch finished and are kept in {os.path.relpath(results)}/; "
               f"{len(cut)} cut short keep their last checkpoint ({', '.join(cut) or 'none'}){killed}; "
-              f"`python -m lab.study --suite={suite}` goes on from there", file=sys.stderr, flush=True)
+              f"`{go_on or study_command(suite)}` goes on from there", file=sys.stderr, flush=True)
         raise SystemExit(130)
     pool.shutdown()
     return failed
@@ -997,6 +1000,11 @@ def summary(suite, results, max_iters=None, seeds=None):
     return logs
 
 
+def study_command(suite, options=()):
+    """The command that runs the suite with options ("--key=value"), as a shell reads it."""
+    return shlex.join(["python", "-m", "lab.study", f"--suite={suite}", *options])
+
+
 def check_wikitext2_copy(path, split, option, suite):
     """Stop with one line unless path holds WikiText-2's `split` file, whatever its line endings (prepare_wikipedia.py
     reads a Windows copy as the same text): a suite's results are of that text."""
@@ -1031,6 +1039,12 @@ def main(argv=None):
     args.input, args.val_input = (path and os.path.abspath(path) for path in (args.input, args.val_input))
     overrides = [f"--{key}={text}" for key, text in split_args(overrides)]  # --key value and --flag as --key=value
     check_overrides(overrides)  # once, before anything runs: a setting train.py would refuse is one line here
+    # the commands it prints go on with this study: its options and settings that are not the defaults
+    options = [f"--{key}={getattr(args, key)}" for key in ("results", "max_iters", "seeds", "jobs", "input",
+                                                           "val_input") if getattr(args, key) != parser.get_default(key)]
+    go_on = study_command(args.suite, options + overrides)
+    table = study_command(args.suite, [option for option in options if option.startswith(
+        ("--results=", "--max_iters=", "--seeds="))] + ["--summary"])
     suite = SUITES[args.suite]
     if args.jobs < 1:
         fail(f"--jobs={args.jobs} is not allowed; use 1 or more runs at a time")
@@ -1055,7 +1069,7 @@ def main(argv=None):
         if not any(os.path.exists(os.path.join(results, name, "log.jsonl"))
                    for name in (os.listdir(results) if os.path.isdir(results) else [])):
             fail(f"no runs in {os.path.relpath(results)}/ yet; "
-                 f"train them with `python -m lab.study --suite={args.suite}`")
+                 f"train them with `{go_on}`")
         summary(args.suite, results, args.max_iters, seeds if args.seeds else None)
         return 0
     max_iters = args.max_iters or suite.get("max_iters")
@@ -1080,7 +1094,7 @@ def main(argv=None):
                    seeds + suite.get("extra_seeds", []), overrides)
     if finished(args.suite, results, seeds, extra_seeds, max_iters):  # as from a fresh clone: no data needed
         print(f"every run of the {args.suite} study is done in {os.path.relpath(results)}/ (its logs count, the "
-              f"committed ones too): the table is `python -m lab.study --suite={args.suite} --summary`; to train it "
+              f"committed ones too): the table is `{table}`; to train it "
               f"all again, give a folder of your own, --results=NEW_FOLDER", flush=True)
         return 0
     make_folder(results, "--results")
@@ -1104,20 +1118,17 @@ def main(argv=None):
           + (f" ({len(gpus)} GPU(s), one run on each)" if gpus else f" ({args.jobs} at a time)")
           + (f", and seeds {extra_seeds} where needed" if extra_seeds else "")
           + "; finished ones are kept (use --results=FOLDER to train them all again)", flush=True)
-    failed = run_all(args.suite, results, pictures, max_iters, args.jobs, overrides, gpus) if pictures else 0
+    failed = run_all(args.suite, results, pictures, max_iters, args.jobs, overrides, gpus, go_on) if pictures else 0
     for group in filter(None, groups):
         # seed by seed: a partial study covers every run
         jobs = [(run, seed) for seed in seeds for run in group]
-        failed += run_all(args.suite, results, jobs, max_iters, args.jobs, overrides, gpus)
+        failed += run_all(args.suite, results, jobs, max_iters, args.jobs, overrides, gpus, go_on)
         if extra_seeds and not failed:  # more seeds where three cannot tell a run from the baseline
             close = close_runs(load(results, suite["runs"], seeds), [r for r in group if r != "baseline"])
             print(f"not told from the baseline after {len(seeds)} seeds: {', '.join(close) or 'none'}")
             extra = [(run, seed) for seed in extra_seeds for run in (["baseline"] + close if close else [])]
-            failed += run_all(args.suite, results, extra, max_iters, args.jobs, overrides, gpus)
-    print(f"study done{f', {failed} run(s) FAILED' if failed else ''}; "
-          f"the table: python -m lab.study --suite={args.suite} --summary"
-          + "".join(f" {arg}" for arg in (argv if argv is not None else sys.argv[1:])
-                    if arg.startswith(("--results", "--max_iters", "--seeds"))))
+            failed += run_all(args.suite, results, extra, max_iters, args.jobs, overrides, gpus, go_on)
+    print(f"study done{f', {failed} run(s) FAILED' if failed else ''}; the table: `{table}`")
     return 1 if failed else 0
 
 

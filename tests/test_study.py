@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -603,9 +604,9 @@ def test_ctrl_c_or_a_stop_signal_stops_the_study_and_its_runs_keeps_what_ran_and
 
 def stopped_study(tmp_path, stand_in, ignored=(), stop="SIGTERM", lines=()):
     """A study of 5 runs, 2 at a time, whose train.py is stand_in (Python source: it calls started() once ready, and
-    may append to the file `stopped`), started with the signals `ignored` ignored and sent `stop` once both stand-ins have started; lines:
-    Python run in the study first. Returns (the study's exit status, its stderr, the stand-ins' pids). Bounded: the
-    study and the stand-ins are killed after 30 s."""
+    may append to the file `stopped`), started with the signals `ignored` ignored and sent `stop` once both stand-ins
+    have started; lines: Python run in the study first. Returns (the study's exit status, its stderr, the stand-ins'
+    pids). Bounded: the study and the stand-ins are killed after 30 s."""
     fifo, stopped = tmp_path / "started", tmp_path / "stopped"
     os.mkfifo(fifo)
     child = (f"import os, signal, sys\nsys.path.insert(0, {ROOT!r})\nstopped = {str(stopped)!r}\n"
@@ -656,6 +657,45 @@ def test_a_run_that_does_not_stop_is_killed_after_a_while_and_the_study_says_so(
     assert status == 130 and "Traceback" not in stderr, stderr
     assert_interrupted(subprocess.CompletedProcess([], 130, "", stderr), "2 cut short keep their last checkpoint",
                        "2 did not stop within 1 s and were killed")
+
+
+def printed_commands(text):
+    """The arguments of each `python -m lab.study ...` command in text, as a shell would split them."""
+    return [shlex.split(command)[3:] for command in re.findall(r"`(python -m lab\.study [^`]*)`", text)]
+
+
+def test_every_command_a_study_prints_goes_on_with_that_study(tmp_path, monkeypatch, capsys):
+    """After Ctrl-C, when every run is done, when none is: the command the study prints trains or tables the same
+    runs, in the same --results folder, with the same steps, seeds and train.py settings."""
+    options = [f"--results={tmp_path / 'my study'}", "--max_iters=3", "--seeds=2", "--jobs=1", "--n_layer=1"]
+    trained, tabled = [], []
+
+    def train(suite, results, run_, seed, max_iters, overrides=(), gpu=None):
+        trained.append((suite, results, max_iters, list(overrides)))
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C during the first run
+        return "cut short; its last checkpoint is kept", None
+    monkeypatch.setattr(study, "train", train)
+    monkeypatch.setattr(study, "summary", lambda suite, results, max_iters, seeds: tabled.append(
+        (suite, results, max_iters, seeds)))
+    monkeypatch.setattr(study, "dataset_meta", lambda settings: {"vocab_size": 256})  # prepared
+    with pytest.raises(SystemExit):
+        study.main(["--suite=byte", *options])
+    [go_on] = printed_commands(capsys.readouterr().err)
+    with pytest.raises(SystemExit):
+        study.main(go_on)
+    assert trained[1] == trained[0] == ("byte", str(tmp_path / "my study"), 3, ["--n_layer=1"])
+    with pytest.raises(SystemExit) as e:  # no runs to table yet
+        study.main(["--suite=byte", *options, "--summary"])
+    [train_them] = printed_commands(str(e.value.code))
+    with pytest.raises(SystemExit):
+        study.main(train_them)
+    assert trained[2] == trained[0]
+    for run_ in study.SUITES["byte"]["runs"]:
+        for seed in (0, 1):
+            write_log(tmp_path / "my study" / f"{run_}_seed{seed}", [0, 3])
+    assert study.main(["--suite=byte", *options]) == 0  # every run is done
+    [table] = printed_commands(capsys.readouterr().out)
+    assert study.main(table) == 0 and tabled == [("byte", str(tmp_path / "my study"), 3, [0, 1])]
 
 
 def test_a_study_refuses_the_runs_of_another_study_in_its_results_folder(tmp_path, monkeypatch):
