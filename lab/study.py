@@ -1041,7 +1041,8 @@ def main(argv=None):
     check_overrides(overrides)  # once, before anything runs: a setting train.py would refuse is one line here
     # the commands it prints go on with this study: its options and settings that are not the defaults
     options = [f"--{key}={getattr(args, key)}" for key in ("results", "max_iters", "seeds", "jobs", "input",
-                                                           "val_input") if getattr(args, key) != parser.get_default(key)]
+                                                           "val_input")
+               if getattr(args, key) != parser.get_default(key)]
     go_on = study_command(args.suite, options + overrides)
     table = study_command(args.suite, [option for option in options if option.startswith(
         ("--results=", "--max_iters=", "--seeds="))] + ["--summary"])
