@@ -153,39 +153,54 @@ def run_record(suite, run, overrides=()):
 
 
 def check_own_runs(suite, results, runs, seeds, overrides=None):
-    """Stop with one line at a run folder that is not the suite's: its study.json names another suite, config or
-    dataset (one not set by its overrides), or, overrides given (before training), other settings. A log from before
-    study.json existed (the committed lab/results) is the run of the suite whose default folder holds it; in any other
-    folder it is taken as the suite's own."""
+    """Stop with one line at a run folder that is not the suite's: its study.json (the committed runs have theirs too,
+    and so has a copy) names another suite, config or dataset (one not set by its overrides), or, overrides given
+    (before training), other settings. A log without study.json is the run of the suite whose default folder holds it;
+    in any other folder it is taken as the suite's own. overrides None: for a table (--summary), which the line names."""
     owner = next((name for name, s in SUITES.items()
                   if os.path.realpath(os.path.join(ROOT, s["results"])) == os.path.realpath(results)), suite)
-    for run in runs:
-        for seed in seeds:
-            folder = run_dir(results, run, seed)
-            record_path = os.path.join(folder, "study.json")
-            if not os.path.exists(record_path):
-                if owner != suite and os.path.exists(os.path.join(folder, "log.jsonl")):
-                    fail(f"{os.path.relpath(folder)} holds a run of the {owner} study, not of the {suite} study; "
-                         f"use the {suite} study's own --results (default {SUITES[suite]['results']})")
-                continue
-            try:
-                with open(record_path, encoding="utf-8") as f:
-                    record = json.load(f)
-                if not isinstance(record.get("overrides"), dict):
-                    raise TypeError
-            except (OSError, ValueError, AttributeError, TypeError):
-                fail(f"{record_path} is not a study's record of the run; move {os.path.relpath(folder)} out of the "
-                     f"way (or delete it to train the run again)")
-            ours = run_record(suite, run, overrides or [])
-            theirs = {key: record.get(key) for key in ("suite", "config", "dataset") if key not in record["overrides"]}
-            if theirs != {key: ours[key] for key in theirs}:
-                fail(f"{os.path.relpath(folder)} holds a run of the {record['suite']} study ({record.get('config')} on "
-                     f"data/{record.get('dataset')}), not of the {suite} study ({ours['config']} on "
-                     f"data/{ours['dataset']}); use another --results")
-            if overrides is not None and record.get("overrides") != ours["overrides"]:
-                given = lambda settings: " ".join(f"--{k}={v}" for k, v in settings.items()) or "no settings"
-                fail(f"{os.path.relpath(folder)} was trained with {given(record.get('overrides') or {})} after its "
-                     f"config, not with {given(ours['overrides'])}; give the same to go on, or use another --results")
+
+    def not_ours(folder, theirs, what=""):
+        fix = (f"its table is `{study_command(theirs, ['--summary', results_option(results)])}`" if overrides is None
+               else f"use the {suite} study's own --results (default {SUITES[suite]['results']}) or a new folder")
+        fail(f"{os.path.relpath(folder)} holds a run of the {theirs} study{what}, not of the {suite} study; {fix}")
+    ours = {os.path.basename(run_dir(results, run, seed)): run for run in runs for seed in seeds}
+    others = [name for name in (sorted(os.listdir(results)) if os.path.isdir(results) else []) if name not in ours
+              and any(os.path.exists(os.path.join(results, name, f)) for f in ("log.jsonl", "study.json"))]
+    for name in [*ours, *others]:  # the runs of another suite, named as none of this one's, too
+        folder, run = os.path.join(results, name), ours.get(name)
+        record_path = os.path.join(folder, "study.json")
+        if not os.path.exists(record_path):
+            if owner != suite and os.path.exists(os.path.join(folder, "log.jsonl")):
+                not_ours(folder, owner)
+            continue
+        try:
+            with open(record_path, encoding="utf-8") as f:
+                record = json.load(f)
+            if not isinstance(record.get("overrides"), dict):
+                raise TypeError
+        except (OSError, ValueError, AttributeError, TypeError):
+            fail(f"{record_path} is not a study's record of the run; move {os.path.relpath(folder)} out of the "
+                 f"way (or delete it to train the run again)")
+        if run is None:
+            if record["suite"] != suite:
+                not_ours(folder, record["suite"])
+            continue
+        wanted = run_record(suite, run, overrides or [])
+        theirs = {key: record.get(key) for key in ("suite", "config", "dataset") if key not in record["overrides"]}
+        if theirs != {key: wanted[key] for key in theirs}:
+            not_ours(folder, record["suite"], f" ({record.get('config')} on data/{record.get('dataset')}, where the "
+                                              f"{suite} study has {wanted['config']} on data/{wanted['dataset']})")
+        if overrides is not None and record.get("overrides") != wanted["overrides"]:
+            given = lambda settings: " ".join(f"--{k}={v}" for k, v in settings.items()) or "no settings"
+            fail(f"{os.path.relpath(folder)} was trained with {given(record.get('overrides') or {})} after its "
+                 f"config, not with {given(wanted['overrides'])}; give the same to go on, or use another --results")
+
+
+def results_option(results):
+    """--results=FOLDER naming the folder results as the study reads it: from the repository, or absolute outside."""
+    inside = os.path.relpath(results, ROOT)
+    return f"--results={results if inside.startswith(os.pardir) else inside}"
 
 
 def start_from_shorter_run(suite, run, seed, out_dir):

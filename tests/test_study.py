@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -675,6 +676,7 @@ def test_every_command_a_study_prints_goes_on_with_that_study(tmp_path, monkeypa
         os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C during the first run
         return "cut short; its last checkpoint is kept", None
     monkeypatch.setattr(study, "train", train)
+    monkeypatch.setattr(study, "STOP", threading.Event())  # this test's stops, not the next test's
     monkeypatch.setattr(study, "summary", lambda suite, results, max_iters, seeds: tabled.append(
         (suite, results, max_iters, seeds)))
     monkeypatch.setattr(study, "dataset_meta", lambda settings: {"vocab_size": 256})  # prepared
@@ -698,19 +700,37 @@ def test_every_command_a_study_prints_goes_on_with_that_study(tmp_path, monkeypa
     assert study.main(table) == 0 and tabled == [("byte", str(tmp_path / "my study"), 3, [0, 1])]
 
 
+@pytest.mark.parametrize("suite", ["gpt2", "byte", "gpt2_long", "gpt2_heldout", "gpt2_next"])
+def test_a_copy_of_a_suites_committed_results_is_that_suites_for_every_other_suite(tmp_path, capsys, suite):
+    """`cp -r lab/results/gpt2_study ../g2`: the copy holds the gpt2 study's runs, which no other suite tables or
+    trains, with one line naming the suite they are of and how to table them; the suite itself tables its copy."""
+    copy = tmp_path / "copy"
+    shutil.copytree(os.path.join(ROOT, study.SUITES[suite]["results"]), copy)
+    for other in sorted(set(study.SUITES) - {suite}):
+        with pytest.raises(SystemExit) as e:
+            study.main([f"--suite={other}", "--summary", f"--results={copy}"])
+        assert_one_line_error(str(e.value.code), f"holds a run of the {suite} study", f"not of the {other} study",
+                              f"`python -m lab.study --suite={suite} --summary --results={copy}`")
+    assert study.main([f"--suite={suite}", "--summary", f"--results={copy}"]) == 0
+    assert "| baseline |" in capsys.readouterr().out or suite == "gpt2_next"
+
+
 def test_a_study_refuses_the_runs_of_another_study_in_its_results_folder(tmp_path, monkeypatch):
-    """The gpt2 study's committed logs (no study.json: they are its runs by the folder they are in) are not the byte
-    study's runs, to train or to table; a run folder the study trained in says whose run it holds (study.json), with
+    """Logs without study.json in the gpt2 study's folder are its runs by the folder they are in, not the byte
+    study's, to train or to table; a run folder the study trained in says whose run it holds (study.json), with
     which settings after its config."""
     commands = no_training(monkeypatch)
     gpt2 = tmp_path / "gpt2_study"
     shutil.copytree(os.path.join(ROOT, study.SUITES["gpt2"]["results"]), gpt2)
+    for record in gpt2.glob("*/study.json"):  # as logs from before study.json: the folder says whose they are
+        record.unlink()
     monkeypatch.setitem(study.SUITES["gpt2"], "results", str(gpt2))
-    for extra in ([], ["--summary"]):
+    for extra, fix in (([], "use the byte study's own --results (default lab/results/cpu_study) or a new folder"),
+                       (["--summary"], f"its table is `python -m lab.study --suite=gpt2 --summary --results={gpt2}`")):
         with pytest.raises(SystemExit) as e:
             study.main(["--suite=byte", f"--results={gpt2}", *extra])
         assert_one_line_error(str(e.value.code), "baseline_seed0 holds a run of the gpt2 study, not of the byte study",
-                              "use the byte study's own --results")
+                              fix)
     assert commands == []
     study.check_own_runs("gpt2", str(gpt2), study.SUITES["gpt2"]["runs"], range(5), [])  # its own, without study.json
     mine = tmp_path / "mine"
@@ -719,7 +739,7 @@ def test_a_study_refuses_the_runs_of_another_study_in_its_results_folder(tmp_pat
     with pytest.raises(SystemExit) as e:
         study.main(["--suite=byte", f"--results={mine}"])
     assert_one_line_error(str(e.value.code), "holds a run of the gpt2 study (config/cpu_gpt2_baseline.py on "
-                          "data/wikitext2_valid_gpt2c), not of the byte study (config/cpu_baseline.py on")
+                          "data/wikitext2_valid_gpt2c, where the byte study has config/cpu_baseline.py on")
     with pytest.raises(SystemExit) as e:
         study.main(["--suite=gpt2", f"--results={mine}", "--n_layer=2"])
     assert_one_line_error(str(e.value.code), "was trained with --n_layer=1 after its config, not with --n_layer=2")
