@@ -1113,9 +1113,8 @@ def main(argv=None):
               f"committed ones too): the table is `{table}`; to train it "
               f"all again, give a folder of your own, --results=NEW_FOLDER", flush=True)
         return 0
-    make_folder(results, "--results")
-    hold_folder(results, "--results")  # one study at a time in a results folder
-    note_holder(results, " ".join(["study.py", *(argv if argv is not None else sys.argv[1:])]))
+    if os.path.isdir(results):  # one study at a time in a results folder: a second one stops before it prepares
+        hold_folder(results, "--results")
     if not dataset_meta({"dataset": suite["dataset"]}):  # meta.json: the last file a preparation writes
         source = ([f"--input={args.input}", f"--name={suite['dataset']}"] if args.input else
                   suite.get("download", ["--wikitext2=valid"]))
@@ -1127,6 +1126,9 @@ def main(argv=None):
                 check_wikitext2_copy(source[-1], "test", "--val_input", args.suite)
         if subprocess.run([sys.executable, "prepare_wikipedia.py", *source, *suite["prepare"]], cwd=ROOT).returncode:
             fail(f"could not prepare data/{suite['dataset']}; see the message above")
+    make_folder(results, "--results")  # once every check has passed: a refused start leaves no empty folder
+    hold_folder(results, "--results")
+    note_holder(results, " ".join(["study.py", *(argv if argv is not None else sys.argv[1:])]))
     core = suite["runs"][:suite.get("core", 0)]
     groups = [core, [run for run in suite["runs"] if run not in core]]  # the core first: its verdicts come first
     pictures = [(run, seeds[0]) for run in suite.get("pictures", [])]  # one seed each, before the rest

@@ -765,6 +765,22 @@ def test_a_study_checks_that_its_input_is_wikitext2_whatever_its_line_endings(tm
     assert commands[0][1:3] == ["prepare_wikipedia.py", f"--input={tmp_path / 'windows.txt'}"]
 
 
+def test_a_refused_study_start_leaves_no_results_folder_behind(tmp_path, monkeypatch):
+    """An --input that is not the suite's text, a preparation that fails: one line, and no folder made for the
+    results (nor the folders around it)."""
+    monkeypatch.setattr(study, "dataset_meta", lambda settings: {})  # not prepared yet
+    (tmp_path / "other.txt").write_text(word_articles(ASCII_WORDS, 4, 30))
+    results = tmp_path / "new" / "results"
+    with pytest.raises(SystemExit) as e:
+        study.main(["--suite=byte", f"--results={results}", f"--input={tmp_path / 'other.txt'}"])
+    assert_one_line_error(str(e.value.code), "is not WikiText-2's valid.txt")
+    monkeypatch.setattr(study.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1))
+    with pytest.raises(SystemExit) as e:
+        study.main(["--suite=byte", f"--results={results}"])
+    assert_one_line_error(str(e.value.code), "could not prepare data/wikitext2_valid_byte")
+    assert os.listdir(tmp_path) == ["other.txt"]
+
+
 @pytest.mark.parametrize("log, fragments", [
     ('{"iter": 0, "train_loss": 5.0}\n', ["baseline_seed0/log.jsonl record 1 has no number at val_loss (None)",
                                           "move its folder out of the way"]),
