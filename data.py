@@ -384,12 +384,40 @@ def append_log(path, record, on_error=None):
         fail(f"could not write {path}: {write_error(path, e)}")
 
 
+def checkpoint_log(path, checkpoint, ckpt_path):
+    """The records a resumed run has logged up to its checkpoint: those the checkpoint carries (older checkpoints
+    carry none: then those of the log at path), after checking that the log at path is that run's, in which every
+    evaluation both hold is the same. Another run's checkpoint in the folder stops with one line, the log untouched."""
+    records, iter_num, carried = read_log(path)[0], checkpoint["iter_num"], checkpoint.get("log")
+    if carried is None:
+        return [r for r in records if r["iter"] <= iter_num]
+    theirs = {r["iter"]: r for r in carried}
+    for record in records:
+        if record["iter"] in theirs and json.dumps(record, sort_keys=True) != json.dumps(theirs[record["iter"]],
+                                                                                        sort_keys=True):
+            losses = [r.get("val_loss") for r in (theirs[record["iter"]], record)]
+            fail(f"{ckpt_path} (iteration {iter_num}) is not the checkpoint of the run logged in {path}: their "
+                 f"evaluations at iteration {record['iter']} differ (val loss {losses[0]} and {losses[1]}); put the "
+                 f"run's own {os.path.basename(ckpt_path)} back, or resume this one in a folder of its own")
+    return list(carried)
+
+
 def truncate_log(path, iter_num, on_error=None):
-    """Drop from a log what was logged after the checkpoint of iteration iter_num, and a torn last line."""
+    """Set aside what a log holds after the checkpoint of iteration iter_num, into path.after<iter_num>, saying so,
+    and drop a torn last line."""
     records, torn = read_log(path)
     if torn:
         print(f"{path}: dropped its last line, cut short by a crash or a full disk")
-    if os.path.exists(path):
+    later = [r for r in records if r["iter"] > iter_num]
+    if later:  # those evaluations come again; the first ones are kept beside the log, never lost
+        aside = f"{path}.after{iter_num}"
+        before = open(aside, encoding="utf-8").read() if os.path.exists(aside) else ""
+        lines = [json.dumps(r) + "\n" for r in later]
+        write_atomic(aside, (before + "".join(line for line in lines if line not in before)).encode(), on_error)
+        print(f"{path}: kept its records up to iteration {iter_num}, the checkpoint's; set aside {len(later)} later "
+              f"record{'s' * (len(later) > 1)} (iteration{'s' * (len(later) > 1)} "
+              f"{', '.join(str(r['iter']) for r in later)}) in {aside}")
+    if later or torn:
         kept = "".join(json.dumps(r) + "\n" for r in records if r["iter"] <= iter_num)
         write_atomic(path, kept.encode(), on_error)
 

@@ -54,6 +54,32 @@ def test_resumed_run_logs_exactly_the_losses_of_an_uninterrupted_run(workdir):
     assert full[-1]["train_loss"] < full[0]["train_loss"]  # it did learn something
 
 
+def test_another_runs_checkpoint_in_a_runs_folder_is_refused_and_nothing_changes(workdir, tmp_path):
+    """A baseline's ckpt.pt (iteration 2) copied over an encoder-decoder run's (iteration 6): resuming it would cut
+    the run's log back to iteration 2 and go on with the baseline. It stops with one line, before touching a file."""
+    out = copy_run(workdir, tmp_path)
+    train(tmp_path, "baseline", "--variant=baseline", "--max_iters=2")
+    shutil.copy(tmp_path / "baseline" / "ckpt.pt", out / "ckpt.pt")
+    before = files(out)
+    result = run("train.py", "--out_dir=out", "--init_from=resume", "--max_iters=8", cwd=tmp_path, check=False)
+    assert_one_line_error(result, f"out{os.sep}ckpt.pt (iteration 2) is not the checkpoint of the run logged in "
+                          f"out{os.sep}log.jsonl: their evaluations at iteration 0 differ", "put the run's own ckpt.pt "
+                          "back, or resume this one in a folder of its own")
+    assert files(out) == before
+
+
+def test_a_resume_sets_aside_what_was_logged_after_its_checkpoint_and_says_so(workdir, tmp_path):
+    out = copy_run(workdir, tmp_path)  # its checkpoint is at iteration 6
+    later = json.dumps({"iter": 8, "train_loss": 99.0, "val_loss": 99.0}) + "\n"  # logged by a run that then died
+    with open(out / "log.jsonl", "a") as f:
+        f.write(later)
+    result = run("train.py", "--out_dir=out", "--init_from=resume", "--max_iters=8", cwd=tmp_path)
+    assert (f"out{os.sep}log.jsonl: kept its records up to iteration 6, the checkpoint's; set aside 1 later record "
+            f"(iteration 8) in out{os.sep}log.jsonl.after6") in result.stdout
+    assert (out / "log.jsonl.after6").read_text() == later
+    assert [r["iter"] for r in log(tmp_path, "out")] == [0, 2, 4, 6, 8] and log(tmp_path, "out")[-1]["val_loss"] < 99
+
+
 def test_log_records_every_eval_with_its_fields(workdir):
     records = log(workdir, "out_full")
     assert [r["iter"] for r in records] == [0, 2, 4, 6]
