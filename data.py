@@ -305,29 +305,43 @@ def remove_empty_folders(folder, created):
             return
 
 
-def hold_folder(folder, what):
+def hold_folder(folder, what, shared=False):
     """Hold folder for this process alone: an OS lock on the folder itself, released when the process ends, even by
-    kill -9. A second process stops with one line saying who holds it (from folder/.lock, which note_holder writes).
+    kill -9. A second process stops with one line saying who holds it (from the notes note_holder writes). shared: a
+    lock that readers hold together (runs on a dataset) and that stops one holding it alone (prepare_wikipedia.py).
     Holding it again in the same process is no conflict (prepare_wikipedia.main called twice). Where the system or the
-    file system has no locks (Windows, NFS without its lock service), one line warns."""
+    file system has no locks (Windows, NFS without its lock service), one line warns (the sole holder's)."""
     if os.path.realpath(folder) in _held:
         return
     if fcntl is None:
-        return cannot_lock(folder, what, "this system has no fcntl locks")
+        return None if shared else cannot_lock(folder, what, "this system has no fcntl locks")
     fd = os.open(folder, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     except OSError as e:
+        os.close(fd)
         if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):  # not held by another: no locks there
-            os.close(fd)
-            return cannot_lock(folder, what, f"{e.strerror}: its file system has no locks, e.g. NFS without lockd")
-        try:
-            with open(os.path.join(folder, ".lock")) as f:
-                holder = f.read().strip()
-        except OSError:
-            holder = "another process"
-        fail(f"{folder} is in use by {holder}; wait for it to finish, or use another {what}")
+            return None if shared else cannot_lock(
+                folder, what, f"{e.strerror}: its file system has no locks, e.g. NFS without lockd")
+        fail(f"{folder} is in use by {holders(folder)}; wait for it to finish, or use another {what}")
     _held[os.path.realpath(folder)] = fd
+
+
+def holders(folder):
+    """Who holds folder, from the notes of those alive (note_holder): 'pid 12 (train.py ..., since ...)'."""
+    notes = []
+    for name in sorted(os.listdir(folder)):
+        if re.fullmatch(r"\.lock(\.\d+)?", name):
+            try:
+                with open(os.path.join(folder, name)) as f:
+                    note = f.read().strip()
+                os.kill(int(note.split()[1]), 0)  # a note left by kill -9 names a process that is gone
+            except PermissionError:  # another user's process: alive
+                pass
+            except (OSError, ValueError, IndexError):
+                continue
+            notes.append(note)
+    return " and ".join(notes) or "another process"
 
 
 def cannot_lock(folder, what, reason):
@@ -336,15 +350,16 @@ def cannot_lock(folder, what, reason):
           f"the same time: run one at a time in this {what}", flush=True)
 
 
-def note_holder(folder, command):
-    """Write who holds folder into folder/.lock, for a second process's message; removed when this process exits
-    normally (after kill -9 it stays, harmless: the lock itself is gone, and the next holder writes its own)."""
-    path = os.path.join(folder, ".lock")
+def note_holder(folder, command, shared=False):
+    """Write who holds folder into folder/.lock (shared: .lock.<pid>, one per reader), for a second process's message;
+    removed when this process exits normally (after kill -9 it stays, harmless: the lock itself is gone, and its pid
+    with it)."""
+    path = os.path.join(folder, f".lock.{os.getpid()}" if shared else ".lock")
     try:
         with open(path, "w", encoding="utf-8", errors="backslashreplace") as f:  # any command line
             f.write(f"pid {os.getpid()} ({command}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n")
-    except OSError:  # a full disk: the lock holds all the same, and the run says so when it writes
-        pass
+    except OSError:  # a full disk, a read-only dataset: the lock holds all the same
+        return
     atexit.register(lambda: os.path.exists(path) and os.remove(path))
 
 

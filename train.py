@@ -235,6 +235,9 @@ if dataset == "reversal":
         return reversal.get_batch(train_sequences if split == "train" else held_out, batch_size, rng)
 else:
     data_dir = os.path.join("data", dataset)
+    if os.path.isdir(data_dir):  # held, shared with other runs, until the run ends: no preparation replaces it now
+        hold_folder(data_dir, "--dataset", shared=True)
+        note_holder(data_dir, " ".join(["train.py", *sys.argv[1:]]), shared=True)
     block = context_size or ModelConfig.context_size
     meta = check_dataset(dataset, block, vocab_size)
     dataset_vocab = meta["vocab_size"]
