@@ -3,7 +3,8 @@ The on-disk format of a dataset and of a checkpoint, shared by every script:
 
     data/<dataset>/train.bin, val.bin   token ids, np.uint16, each article followed by the end-of-text token
     data/<dataset>/meta.json            tokenizer, vocab_size, eot_token, token counts and sums (and compact_vocab)
-    <out_dir>/ckpt.pt                   model_config, model, optimizer, iter_num, train_config, dataset_meta, rng
+    <out_dir>/ckpt.pt                   model_config, model, optimizer, iter_num, train_config, dataset_meta, rng,
+                                        log (the records its run logged, up to iter_num)
 
 Here live the tokenizers, the checks that a dataset is whole, the command that prepares a missing one, the atomic
 writer and the checkpoint loader. prepare_wikipedia.py writes datasets; train, sample and evaluate read them.
@@ -411,6 +412,7 @@ def checkpoint_log(path, checkpoint, ckpt_path):
         if record["iter"] in theirs and json.dumps(record, sort_keys=True) != json.dumps(theirs[record["iter"]],
                                                                                         sort_keys=True):
             losses = [r.get("val_loss") for r in (theirs[record["iter"]], record)]
+            losses = [f"{x:.4f}" if isinstance(x, float) else repr(x) for x in losses]
             fail(f"{ckpt_path} (iteration {iter_num}) is not the checkpoint of the run logged in {path}: their "
                  f"evaluations at iteration {record['iter']} differ (val loss {losses[0]} and {losses[1]}); put the "
                  f"run's own {os.path.basename(ckpt_path)} back, or resume this one in a folder of its own")
