@@ -360,7 +360,7 @@ def note_holder(folder, command, shared=False):
         with open(path, "w", encoding="utf-8", errors="backslashreplace") as f:  # any command line
             f.write(f"pid {os.getpid()} ({command}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n")
     except OSError:  # a full disk, a read-only dataset: the lock holds all the same
-        return
+        pass
     atexit.register(lambda: os.path.exists(path) and os.remove(path))
 
 

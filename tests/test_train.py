@@ -455,6 +455,8 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(workdir):
 def test_log_rewrite_on_a_full_disk_keeps_the_old_log(workdir, small_disk):
     disk = small_disk("disk", 2048)
     out = copy_run(workdir, disk)
+    with open(out / "log.jsonl", "a") as f:  # logged after the checkpoint: the resume sets it aside
+        f.write(json.dumps({"iter": 8, "train_loss": 99.0}) + "\n")
     before = files(out)
     fill(disk)
     result = train(disk, "out", "--init_from=resume", "--max_iters=8", check=False)
