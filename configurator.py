@@ -51,15 +51,22 @@ def fail(message):
 def script_start():
     """What every script does first. Printing never stops it: a character the console cannot show (a Windows code
     page, PYTHONIOENCODING=ascii, a file name that is not UTF-8) is written escaped, and a reader that stops early
-    (`| head`) ends it quietly. And SIGTERM and SIGHUP (how Colab,
-    clusters, docker and Kubernetes stop a program; a closed terminal) stop it as Ctrl-C does, saying what is kept."""
+    (`| head`) ends it quietly. And SIGTERM and SIGHUP (how Colab, clusters, docker and Kubernetes stop a program; a
+    closed terminal) stop it as Ctrl-C does, saying what is kept; a signal ignored where it started (`nohup` ignores
+    SIGHUP, a script's background job SIGINT) stays ignored."""
     end_quietly_without_reader()
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):  # not when a test has replaced it
             stream.reconfigure(errors="backslashreplace")
-    for name in ("SIGTERM", "SIGHUP"):  # Windows has no SIGHUP
-        if hasattr(signal, name):
-            signal.signal(getattr(signal, name), signal.default_int_handler)  # raises KeyboardInterrupt
+    stops = [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")  # Windows has no SIGHUP
+             if hasattr(signal, name) and signal.getsignal(getattr(signal, name)) != signal.SIG_IGN]
+
+    def stop_once(signum, frame):  # a second stop (Ctrl-C reaches a study's runs, then the study's own) is ignored
+        for stop in stops:
+            signal.signal(stop, lambda *args: None)  # not SIG_IGN: a stop already on its way would print a warning
+        raise KeyboardInterrupt
+    for stop in stops:
+        signal.signal(stop, stop_once)
 
 
 def end_quietly_without_reader():

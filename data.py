@@ -3,7 +3,8 @@ The on-disk format of a dataset and of a checkpoint, shared by every script:
 
     data/<dataset>/train.bin, val.bin   token ids, np.uint16, each article followed by the end-of-text token
     data/<dataset>/meta.json            tokenizer, vocab_size, eot_token, token counts and sums (and compact_vocab)
-    <out_dir>/ckpt.pt                   model_config, model, optimizer, iter_num, train_config, dataset_meta, rng
+    <out_dir>/ckpt.pt                   model_config, model, optimizer, iter_num, train_config, dataset_meta, rng,
+                                        log (the records its run logged, up to iter_num)
 
 Here live the tokenizers, the checks that a dataset is whole, the command that prepares a missing one, the atomic
 writer and the checkpoint loader. prepare_wikipedia.py writes datasets; train, sample and evaluate read them.
@@ -339,29 +340,43 @@ def remove_empty_folders(folder, created):
             return
 
 
-def hold_folder(folder, what):
+def hold_folder(folder, what, shared=False):
     """Hold folder for this process alone: an OS lock on the folder itself, released when the process ends, even by
-    kill -9. A second process stops with one line saying who holds it (from folder/.lock, which note_holder writes).
+    kill -9. A second process stops with one line saying who holds it (from the notes note_holder writes). shared: a
+    lock that readers hold together (runs on a dataset) and that stops one holding it alone (prepare_wikipedia.py).
     Holding it again in the same process is no conflict (prepare_wikipedia.main called twice). Where the system or the
-    file system has no locks (Windows, NFS without its lock service), one line warns."""
+    file system has no locks (Windows, NFS without its lock service), one line warns (the sole holder's)."""
     if os.path.realpath(folder) in _held:
         return
     if fcntl is None:
-        return cannot_lock(folder, what, "this system has no fcntl locks")
+        return None if shared else cannot_lock(folder, what, "this system has no fcntl locks")
     fd = os.open(folder, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     except OSError as e:
+        os.close(fd)
         if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):  # not held by another: no locks there
-            os.close(fd)
-            return cannot_lock(folder, what, f"{e.strerror}: its file system has no locks, e.g. NFS without lockd")
-        try:
-            with open(os.path.join(folder, ".lock")) as f:
-                holder = f.read().strip()
-        except OSError:
-            holder = "another process"
-        fail(f"{folder} is in use by {holder}; wait for it to finish, or use another {what}")
+            return None if shared else cannot_lock(
+                folder, what, f"{e.strerror}: its file system has no locks, e.g. NFS without lockd")
+        fail(f"{folder} is in use by {holders(folder)}; wait for it to finish, or use another {what}")
     _held[os.path.realpath(folder)] = fd
+
+
+def holders(folder):
+    """Who holds folder, from the notes of those alive (note_holder): 'pid 12 (train.py ..., since ...)'."""
+    notes = []
+    for name in sorted(os.listdir(folder)):
+        if re.fullmatch(r"\.lock(\.\d+)?", name):
+            try:
+                with open(os.path.join(folder, name)) as f:
+                    note = f.read().strip()
+                os.kill(int(note.split()[1]), 0)  # a note left by kill -9 names a process that is gone
+            except PermissionError:  # another user's process: alive
+                pass
+            except (OSError, ValueError, IndexError):
+                continue
+            notes.append(note)
+    return " and ".join(notes) or "another process"
 
 
 def cannot_lock(folder, what, reason):
@@ -370,14 +385,15 @@ def cannot_lock(folder, what, reason):
           f"the same time: run one at a time in this {what}", flush=True)
 
 
-def note_holder(folder, command):
-    """Write who holds folder into folder/.lock, for a second process's message; removed when this process exits
-    normally (after kill -9 it stays, harmless: the lock itself is gone, and the next holder writes its own)."""
-    path = os.path.join(folder, ".lock")
+def note_holder(folder, command, shared=False):
+    """Write who holds folder into folder/.lock (shared: .lock.<pid>, one per reader), for a second process's message;
+    removed when this process exits normally (after kill -9 it stays, harmless: the lock itself is gone, and its pid
+    with it)."""
+    path = os.path.join(folder, f".lock.{os.getpid()}" if shared else ".lock")
     try:
         with open(path, "w", encoding="utf-8", errors="backslashreplace") as f:  # any command line
             f.write(f"pid {os.getpid()} ({command}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n")
-    except OSError:  # a full disk: the lock holds all the same, and the run says so when it writes
+    except OSError:  # a full disk, a read-only dataset: the lock holds all the same
         pass
     atexit.register(lambda: os.path.exists(path) and os.remove(path))
 
@@ -418,12 +434,41 @@ def append_log(path, record, on_error=None):
         fail(f"could not write {path}: {write_error(path, e)}")
 
 
+def checkpoint_log(path, checkpoint, ckpt_path):
+    """The records a resumed run has logged up to its checkpoint: those the checkpoint carries (older checkpoints
+    carry none: then those of the log at path), after checking that the log at path is that run's, in which every
+    evaluation both hold is the same. Another run's checkpoint in the folder stops with one line, the log untouched."""
+    records, iter_num, carried = read_log(path)[0], checkpoint["iter_num"], checkpoint.get("log")
+    if carried is None:
+        return [r for r in records if r["iter"] <= iter_num]
+    theirs = {r["iter"]: r for r in carried}
+    for record in records:
+        if record["iter"] in theirs and json.dumps(record, sort_keys=True) != json.dumps(theirs[record["iter"]],
+                                                                                        sort_keys=True):
+            losses = [r.get("val_loss") for r in (theirs[record["iter"]], record)]
+            losses = [f"{x:.4f}" if isinstance(x, float) else repr(x) for x in losses]
+            fail(f"{ckpt_path} (iteration {iter_num}) is not the checkpoint of the run logged in {path}: their "
+                 f"evaluations at iteration {record['iter']} differ (val loss {losses[0]} and {losses[1]}); put the "
+                 f"run's own {os.path.basename(ckpt_path)} back, or resume this one in a folder of its own")
+    return list(carried)
+
+
 def truncate_log(path, iter_num, on_error=None):
-    """Drop from a log what was logged after the checkpoint of iteration iter_num, and a torn last line."""
+    """Set aside what a log holds after the checkpoint of iteration iter_num, into path.after<iter_num>, saying so,
+    and drop a torn last line."""
     records, torn = read_log(path)
     if torn:
         print(f"{path}: dropped its last line, cut short by a crash or a full disk")
-    if os.path.exists(path):
+    later = [r for r in records if r["iter"] > iter_num]
+    if later:  # those evaluations come again; the first ones are kept beside the log, never lost
+        aside = f"{path}.after{iter_num}"
+        before = open(aside, encoding="utf-8").read() if os.path.exists(aside) else ""
+        lines = [json.dumps(r) + "\n" for r in later]
+        write_atomic(aside, (before + "".join(line for line in lines if line not in before)).encode(), on_error)
+        print(f"{path}: kept its records up to iteration {iter_num}, the checkpoint's; set aside {len(later)} later "
+              f"record{'s' * (len(later) > 1)} (iteration{'s' * (len(later) > 1)} "
+              f"{', '.join(str(r['iter']) for r in later)}) in {aside}")
+    if later or torn:
         kept = "".join(json.dumps(r) + "\n" for r in records if r["iter"] <= iter_num)
         write_atomic(path, kept.encode(), on_error)
 

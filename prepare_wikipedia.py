@@ -23,6 +23,7 @@ of their files instead of the download, checked the same way: the same dataset.
 
 The tokenizers and the files' format are in data.py.
 """
+import atexit
 import hashlib
 import json
 import os
@@ -36,7 +37,7 @@ import urllib3
 
 from configurator import add_flag, argument_parser, fail, on_ctrl_c
 from data import (get_tokenizer, hold_folder, make_folder, normalise_newlines, note_holder, read_text,
-                  remove_stale_temporaries, split_wikitext, write_atomic)
+                  remove_empty_folders, remove_stale_temporaries, split_wikitext, write_atomic)
 
 # Wikimedia asks API clients for a User-Agent naming the tool, its purpose and a contact
 USER_AGENT = (f"autoregressive-encoder-decoder-transformer/0.1 (prepare_wikipedia.py: builds a small "
@@ -597,8 +598,8 @@ def main(argv=None):
         if args.wikitext2_val:
             args.val_input = wikitext2_files(args.wikitext2_val, args.wikitext2_url, folder, args.retry_delay)
     out = os.path.join(args.out_dir, name)
-    make_folder(out, "--out_dir")
-    hold_folder(out, "--name")  # one prepare at a time in a dataset folder: another's temporary files are not stale
+    atexit.register(remove_empty_folders, out, make_folder(out, "--out_dir"))  # a refused one leaves no empty folder
+    hold_folder(out, "--name")  # not while a run trains on it, nor another prepare writes there (its temporary files)
     note_holder(out, " ".join(["prepare_wikipedia.py", *(sys.argv[1:] if argv is None else argv)]))
     remove_stale_temporaries(out)
     t0 = time.time()

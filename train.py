@@ -31,9 +31,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import reversal
 from configurator import (configure, duration, fail, forward_seconds, machine_error, matmul_peak, pick_device,
                           script_start, sync)
-from data import (append_log, check_dataset, check_same_data, embedding_norms, hold_folder, load_checkpoint,
-                  make_folder, note_holder, prepare_hint, remove_empty_folders, remove_stale_temporaries, split_losses,
-                  truncate_log, window_starts, write_atomic, write_error)
+from data import (append_log, check_dataset, check_same_data, checkpoint_log, embedding_norms, hold_folder,
+                  load_checkpoint, make_folder, note_holder, prepare_hint, remove_empty_folders,
+                  remove_stale_temporaries, split_losses, truncate_log, window_starts, write_atomic, write_error)
 from model import ModelConfig, build_model, logits_needed
 
 
@@ -98,13 +98,14 @@ out_dir = out_dir or f"out-{dataset}"  # each dataset its own folder, as nanoGPT
 ckpt_path, log_path = os.path.join(out_dir, "ckpt.pt"), os.path.join(out_dir, "log.jsonl")
 resume_command = f"python train.py --out_dir={out_dir} --init_from=resume"
 checkpoint, saved_iter, master = None, None, int(os.environ.get("RANK", 0)) == 0  # rank 0 of torchrun writes
-restored = {}  # the settings a resume takes from its checkpoint
+restored, logged = {}, []  # the settings a resume takes from its checkpoint; the run's log records, for its checkpoints
 if init_from == "resume":  # the checkpoint's settings fill in every key not set here
     if not os.path.exists(ckpt_path):
         fail(f"no checkpoint at {ckpt_path} to resume from; train with --init_from=scratch first, or set --out_dir")
     if master:  # before reading the checkpoint: a second process resuming the same run would repeat its steps
         hold_folder(out_dir, "--out_dir")
     checkpoint, _ = load_checkpoint(out_dir, fix="restore a good copy or train from scratch in a new --out_dir")
+    logged = checkpoint_log(log_path, checkpoint, ckpt_path)  # and not another run's checkpoint, put in its folder
     saved_config, saved = ModelConfig(**checkpoint["model_config"]), checkpoint["train_config"]
     for key in ("dataset", "seed"):  # the seed draws the batches and the evaluation batches: a new one breaks curves
         if key in user_set and globals()[key] != saved[key]:
@@ -234,6 +235,9 @@ if dataset == "reversal":
         return reversal.get_batch(train_sequences if split == "train" else held_out, batch_size, rng)
 else:
     data_dir = os.path.join("data", dataset)
+    if os.path.isdir(data_dir):  # held, shared with other runs, until the run ends: no preparation replaces it now
+        hold_folder(data_dir, "--dataset", shared=True)
+        note_holder(data_dir, " ".join(["train.py", *sys.argv[1:]]), shared=True)
     block = context_size or ModelConfig.context_size
     meta = check_dataset(dataset, block, vocab_size)
     dataset_vocab = meta["vocab_size"]
@@ -334,7 +338,7 @@ def save_checkpoint():
                   "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
                   "iter_num": iter_num,  # also the data position: batches are a function of (seed, iteration)
                   "tokens": tokens_seen, "best_val_loss": best_val_loss, "train_config": train_config,
-                  "wandb_run_id": wandb_run_id,
+                  "wandb_run_id": wandb_run_id, "log": logged,  # a resume checks that the log is this run's
                   "dataset_meta": meta,  # sample.py checks that data/<dataset>/meta.json still has this tokenizer
                   "rng": {"cpu": torch.get_rng_state(),
                           "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None,
@@ -487,6 +491,7 @@ while True:
                       + (f", val accuracy {record['val_accuracy']:.1%}" if "val_accuracy" in record else ""),
                       flush=True)
                 append_log(log_path, record, on_error=stop_write_failed)
+                logged.append(record)
                 if wandb_log:
                     wandb.log({k: v for k, v in record.items() if v is not None}, step=iter_num)
                 if always_save_checkpoint or record["val_loss"] < best_val_loss:

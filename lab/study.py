@@ -25,6 +25,7 @@ import json
 import math
 import os
 import queue
+import shlex
 import shutil
 import signal
 import statistics
@@ -153,39 +154,54 @@ def run_record(suite, run, overrides=()):
 
 
 def check_own_runs(suite, results, runs, seeds, overrides=None):
-    """Stop with one line at a run folder that is not the suite's: its study.json names another suite, config or
-    dataset (one not set by its overrides), or, overrides given (before training), other settings. A log from before
-    study.json existed (the committed lab/results) is the run of the suite whose default folder holds it; in any other
-    folder it is taken as the suite's own."""
+    """Stop with one line at a run folder that is not the suite's: its study.json (the committed runs have theirs too,
+    and so has a copy) names another suite, config or dataset (one not set by its overrides), or, overrides given
+    (before training), other settings. A log without study.json is the run of the suite whose default folder holds it;
+    in any other folder it is taken as the suite's own. overrides None: for a table (--summary), which the line names."""
     owner = next((name for name, s in SUITES.items()
                   if os.path.realpath(os.path.join(ROOT, s["results"])) == os.path.realpath(results)), suite)
-    for run in runs:
-        for seed in seeds:
-            folder = run_dir(results, run, seed)
-            record_path = os.path.join(folder, "study.json")
-            if not os.path.exists(record_path):
-                if owner != suite and os.path.exists(os.path.join(folder, "log.jsonl")):
-                    fail(f"{os.path.relpath(folder)} holds a run of the {owner} study, not of the {suite} study; "
-                         f"use the {suite} study's own --results (default {SUITES[suite]['results']})")
-                continue
-            try:
-                with open(record_path, encoding="utf-8") as f:
-                    record = json.load(f)
-                if not isinstance(record.get("overrides"), dict):
-                    raise TypeError
-            except (OSError, ValueError, AttributeError, TypeError):
-                fail(f"{record_path} is not a study's record of the run; move {os.path.relpath(folder)} out of the "
-                     f"way (or delete it to train the run again)")
-            ours = run_record(suite, run, overrides or [])
-            theirs = {key: record.get(key) for key in ("suite", "config", "dataset") if key not in record["overrides"]}
-            if theirs != {key: ours[key] for key in theirs}:
-                fail(f"{os.path.relpath(folder)} holds a run of the {record['suite']} study ({record.get('config')} on "
-                     f"data/{record.get('dataset')}), not of the {suite} study ({ours['config']} on "
-                     f"data/{ours['dataset']}); use another --results")
-            if overrides is not None and record.get("overrides") != ours["overrides"]:
-                given = lambda settings: " ".join(f"--{k}={v}" for k, v in settings.items()) or "no settings"
-                fail(f"{os.path.relpath(folder)} was trained with {given(record.get('overrides') or {})} after its "
-                     f"config, not with {given(ours['overrides'])}; give the same to go on, or use another --results")
+
+    def not_ours(folder, theirs, what=""):
+        fix = (f"its table is `{study_command(theirs, ['--summary', results_option(results)])}`" if overrides is None
+               else f"use the {suite} study's own --results (default {SUITES[suite]['results']}) or a new folder")
+        fail(f"{os.path.relpath(folder)} holds a run of the {theirs} study{what}, not of the {suite} study; {fix}")
+    ours = {os.path.basename(run_dir(results, run, seed)): run for run in runs for seed in seeds}
+    others = [name for name in (sorted(os.listdir(results)) if os.path.isdir(results) else []) if name not in ours
+              and any(os.path.exists(os.path.join(results, name, f)) for f in ("log.jsonl", "study.json"))]
+    for name in [*ours, *others]:  # the runs of another suite, named as none of this one's, too
+        folder, run = os.path.join(results, name), ours.get(name)
+        record_path = os.path.join(folder, "study.json")
+        if not os.path.exists(record_path):
+            if owner != suite and os.path.exists(os.path.join(folder, "log.jsonl")):
+                not_ours(folder, owner)
+            continue
+        try:
+            with open(record_path, encoding="utf-8") as f:
+                record = json.load(f)
+            if not isinstance(record.get("overrides"), dict):
+                raise TypeError
+        except (OSError, ValueError, AttributeError, TypeError):
+            fail(f"{record_path} is not a study's record of the run; move {os.path.relpath(folder)} out of the "
+                 f"way (or delete it to train the run again)")
+        if run is None:
+            if record["suite"] != suite:
+                not_ours(folder, record["suite"])
+            continue
+        wanted = run_record(suite, run, overrides or [])
+        theirs = {key: record.get(key) for key in ("suite", "config", "dataset") if key not in record["overrides"]}
+        if theirs != {key: wanted[key] for key in theirs}:
+            not_ours(folder, record["suite"], f" ({record.get('config')} on data/{record.get('dataset')}, where the "
+                                              f"{suite} study has {wanted['config']} on data/{wanted['dataset']})")
+        if overrides is not None and record.get("overrides") != wanted["overrides"]:
+            given = lambda settings: " ".join(f"--{k}={v}" for k, v in settings.items()) or "no settings"
+            fail(f"{os.path.relpath(folder)} was trained with {given(record.get('overrides') or {})} after its "
+                 f"config, not with {given(wanted['overrides'])}; give the same to go on, or use another --results")
+
+
+def results_option(results):
+    """--results=FOLDER naming the folder results as the study reads it: from the repository, or absolute outside."""
+    inside = os.path.relpath(results, ROOT)
+    return f"--results={results if inside.startswith(os.pardir) else inside}"
 
 
 def start_from_shorter_run(suite, run, seed, out_dir):
@@ -231,11 +247,8 @@ def train(suite, results, run, seed, max_iters, overrides=(), gpu=None):
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     t0 = time.time()
-    process = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    RUNNING.add(process)
-    output = process.communicate()[0]
-    RUNNING.discard(process)
-    if process.returncode:
+    returncode, output = run_process(cmd, env)
+    if returncode:
         if STOP.is_set():
             return "cut short; its last checkpoint is kept", None
         return f"FAILED ({' '.join(cmd[1:])}):\n{output[-2000:]}", None
@@ -260,19 +273,32 @@ def pick_lr(rates, n_jobs, seed=0, reference="encdec_none"):
         log = run_log(os.path.join(out_dir, "log.jsonl"), ("iter", "train_loss"))
         if not log or log[-1]["iter"] < max(ref):
             resume = ["--init_from=resume"] if os.path.exists(os.path.join(out_dir, "ckpt.pt")) else []
-            done = subprocess.run([sys.executable, "train.py", "config/cpu_gpt2_baseline.py", f"--seed={seed}",
-                                   f"--learning_rate={rate}", f"--min_lr={rate / 10}", f"--max_iters={max(ref)}",
-                                   f"--out_dir={os.path.relpath(out_dir, ROOT)}", *resume], cwd=ROOT, text=True,
-                                  env=dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"), capture_output=True)
-            if done.returncode:
+            if STOP.is_set():  # Ctrl-C: no new runs
+                return None
+            returncode, output = run_process(
+                [sys.executable, "train.py", "config/cpu_gpt2_baseline.py", f"--seed={seed}", f"--learning_rate={rate}",
+                 f"--min_lr={rate / 10}", f"--max_iters={max(ref)}", f"--out_dir={os.path.relpath(out_dir, ROOT)}",
+                 *resume], dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"))
+            if returncode and not STOP.is_set():
                 fail(f"the baseline at learning_rate={rate:g} failed: "
-                     + ((done.stderr.strip().splitlines() or ["(no message)"])[-1]).removeprefix("error: "))
+                     + ((output.strip().splitlines() or ["(no message)"])[-1]).removeprefix("error: "))
+            if returncode:
+                return None
             log = run_log(os.path.join(out_dir, "log.jsonl"), ("iter", "train_loss"))
         d = [r["train_loss"] - ref[r["iter"]] for r in log if r["iter"] >= 100 and r["iter"] in ref]
         return math.sqrt(sum(x * x for x in d) / len(d)), sum(d) / len(d)
 
-    with ThreadPoolExecutor(n_jobs) as pool:
+    pool = ThreadPoolExecutor(n_jobs)
+    try:
         distances = dict(zip(rates, pool.map(run, rates)))
+    except KeyboardInterrupt:
+        STOP.set()
+        killed = stop_runs()
+        pool.shutdown(wait=True, cancel_futures=True)
+        print(f"interrupted: the runs cut short keep their last checkpoint in {os.path.relpath(results)}/{killed}; "
+              f"the same command goes on from there", file=sys.stderr, flush=True)
+        raise SystemExit(130)
+    pool.shutdown()
     for rate, (rms, mean) in distances.items():
         print(f"learning_rate={rate:g}: train loss - {reference}'s: rms {rms:.4f}, mean {mean:+.4f}")
     best = min(rates, key=lambda rate: distances[rate][0])
@@ -281,11 +307,43 @@ def pick_lr(rates, n_jobs, seed=0, reference="encdec_none"):
 
 
 STOP, RUNNING = threading.Event(), set()  # Ctrl-C: start no more runs; the train.py processes running now
+STOP_WAIT = 30  # seconds a run has, once stopped, to say where its checkpoint is and end, before it is killed
 
 
-def run_all(suite, results, jobs, max_iters, n_jobs, overrides=(), gpus=()):
+def run_process(cmd, env):
+    """(exit status, stdout and stderr) of cmd (a train.py run), run from the repository, where a stop reaches it."""
+    process = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    RUNNING.add(process)
+    try:
+        output = process.communicate()[0]
+    finally:
+        RUNNING.discard(process)
+    return process.returncode, output
+
+
+def stop_runs():
+    """Pass a stop (Ctrl-C, SIGTERM, SIGHUP) on to the runs still going, then kill those still going after STOP_WAIT
+    seconds: SIGTERM, not SIGINT, which a study started in the background, and so its runs, ignore (if the study was
+    started ignoring SIGTERM too, SIGINT). Returns what to add to the line that says so: the runs killed, if any."""
+    processes = list(RUNNING)
+    if os.name == "posix":  # Windows has no signal to send; its console's Ctrl-C reaches every process itself
+        stop = signal.SIGINT if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN else signal.SIGTERM
+        for process in processes:
+            process.send_signal(stop)
+    deadline, killed = time.monotonic() + STOP_WAIT, 0
+    for process in processes:
+        try:
+            process.wait(timeout=max(0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            killed += 1
+    return f"; {killed} did not stop within {STOP_WAIT} s and were killed" if killed else ""
+
+
+def run_all(suite, results, jobs, max_iters, n_jobs, overrides=(), gpus=(), go_on=None):
     """Train the (run, seed) jobs, n_jobs at a time, or one per GPU of gpus, each seeing only its own. Ctrl-C stops
-    them all, keeping every finished run and the last checkpoint of every run cut short, and says how to go on."""
+    them all, keeping every finished run and the last checkpoint of every run cut short, and says how to go on (go_on:
+    the command that continues the study)."""
     start, failed = time.time(), 0
     free = queue.Queue()
     for gpu in gpus:
@@ -297,11 +355,12 @@ def run_all(suite, results, jobs, max_iters, n_jobs, overrides=(), gpus=()):
             return train(suite, results, run, seed, max_iters or suite_iters(suite, run), overrides, gpu)
         finally:
             free.put(gpu)
-    pool = ThreadPoolExecutor(len(gpus) or n_jobs)
-    futures = [pool.submit(on_a_free_gpu, run, seed) if gpus else
-               pool.submit(train, suite, results, run, seed, max_iters or suite_iters(suite, run), overrides)
-               for run, seed in jobs]
-    try:
+    pool, futures = ThreadPoolExecutor(len(gpus) or n_jobs), []
+    try:  # a stop while the runs are being handed out too
+        for run, seed in jobs:
+            futures.append(pool.submit(on_a_free_gpu, run, seed) if gpus else
+                           pool.submit(train, suite, results, run, seed, max_iters or suite_iters(suite, run),
+                                       overrides))
         for i, ((run, seed), future) in enumerate(zip(jobs, futures), 1):
             status, last = future.result()
             failed += last is None
@@ -310,16 +369,14 @@ def run_all(suite, results, jobs, max_iters, n_jobs, overrides=(), gpus=()):
             print(f"[{i:2d}/{len(jobs)}] {run} seed {seed}: {losses}{status}; {minutes:.1f} min so far", flush=True)
     except KeyboardInterrupt:
         STOP.set()
-        for process in list(RUNNING):  # each saves nothing more and says where its checkpoint is
-            if os.name == "posix":  # also when SIGTERM or SIGHUP came to the study alone; Windows has no SIGINT to
-                process.send_signal(signal.SIGINT)  # send, but its console's Ctrl-C reaches every process itself
+        killed = stop_runs()  # each saves nothing more and says where its checkpoint is
         pool.shutdown(wait=True, cancel_futures=True)
         ended = [(job, f.result()) for job, f in zip(jobs, futures) if f.done() and not f.cancelled()]
         cut = [f"{run} seed {seed}" for (run, seed), (status, _) in ended if status.startswith("cut short")]
         done = sum(last is not None for _, (_, last) in ended)
         print(f"interrupted: {done} run(s) of this batch finished and are kept in {os.path.relpath(results)}/; "
-              f"{len(cut)} cut short keep their last checkpoint ({', '.join(cut) or 'none'}); "
-              f"`python -m lab.study --suite={suite}` goes on from there", file=sys.stderr, flush=True)
+              f"{len(cut)} cut short keep their last checkpoint ({', '.join(cut) or 'none'}){killed}; "
+              f"`{go_on or study_command(suite)}` goes on from there", file=sys.stderr, flush=True)
         raise SystemExit(130)
     pool.shutdown()
     return failed
@@ -960,6 +1017,11 @@ def summary(suite, results, max_iters=None, seeds=None):
     return logs
 
 
+def study_command(suite, options=()):
+    """The command that runs the suite with options ("--key=value"), as a shell reads it."""
+    return shlex.join(["python", "-m", "lab.study", f"--suite={suite}", *options])
+
+
 def check_wikitext2_copy(path, split, option, suite):
     """Stop with one line unless path holds WikiText-2's `split` file, whatever its line endings (prepare_wikipedia.py
     reads a Windows copy as the same text): a suite's results are of that text."""
@@ -998,6 +1060,13 @@ def main(argv=None):
             fail(unknown_argument(f"--{key}", [*train_defaults(), *(o[2:] for o in parser._option_string_actions)],
                                   "python -m lab.study"))
     check_overrides(overrides)  # once, before anything runs: a setting train.py would refuse is one line here
+    # the commands it prints go on with this study: its options and settings that are not the defaults
+    options = [f"--{key}={getattr(args, key)}" for key in ("results", "max_iters", "seeds", "jobs", "input",
+                                                           "val_input")
+               if getattr(args, key) != parser.get_default(key)]
+    go_on = study_command(args.suite, options + overrides)
+    table = study_command(args.suite, [option for option in options if option.startswith(
+        ("--results=", "--max_iters=", "--seeds="))] + ["--summary"])
     suite = SUITES[args.suite]
     if args.jobs < 1:
         fail(f"--jobs={args.jobs} is not allowed; use 1 or more runs at a time")
@@ -1022,7 +1091,7 @@ def main(argv=None):
         if not any(os.path.exists(os.path.join(results, name, "log.jsonl"))
                    for name in (os.listdir(results) if os.path.isdir(results) else [])):
             fail(f"no runs in {os.path.relpath(results)}/ yet; "
-                 f"train them with `python -m lab.study --suite={args.suite}`")
+                 f"train them with `{go_on}`")
         summary(args.suite, results, args.max_iters, seeds if args.seeds else None)
         return 0
     max_iters = args.max_iters or suite.get("max_iters")
@@ -1047,12 +1116,11 @@ def main(argv=None):
                    seeds + suite.get("extra_seeds", []), overrides)
     if finished(args.suite, results, seeds, extra_seeds, max_iters):  # as from a fresh clone: no data needed
         print(f"every run of the {args.suite} study is done in {os.path.relpath(results)}/ (its logs count, the "
-              f"committed ones too): the table is `python -m lab.study --suite={args.suite} --summary`; to train it "
+              f"committed ones too): the table is `{table}`; to train it "
               f"all again, give a folder of your own, --results=NEW_FOLDER", flush=True)
         return 0
-    make_folder(results, "--results")
-    hold_folder(results, "--results")  # one study at a time in a results folder
-    note_holder(results, " ".join(["study.py", *(argv if argv is not None else sys.argv[1:])]))
+    if os.path.isdir(results):  # one study at a time in a results folder: a second one stops before it prepares
+        hold_folder(results, "--results")
     if not dataset_meta({"dataset": suite["dataset"]}):  # meta.json: the last file a preparation writes
         source = ([f"--input={args.input}", f"--name={suite['dataset']}"] if args.input else
                   suite.get("download", ["--wikitext2=valid"]))
@@ -1064,6 +1132,9 @@ def main(argv=None):
                 check_wikitext2_copy(source[-1], "test", "--val_input", args.suite)
         if subprocess.run([sys.executable, "prepare_wikipedia.py", *source, *suite["prepare"]], cwd=ROOT).returncode:
             fail(f"could not prepare data/{suite['dataset']}; see the message above")
+    make_folder(results, "--results")  # once every check has passed: a refused start leaves no empty folder
+    hold_folder(results, "--results")
+    note_holder(results, " ".join(["study.py", *(argv if argv is not None else sys.argv[1:])]))
     core = suite["runs"][:suite.get("core", 0)]
     groups = [core, [run for run in suite["runs"] if run not in core]]  # the core first: its verdicts come first
     pictures = [(run, seeds[0]) for run in suite.get("pictures", [])]  # one seed each, before the rest
@@ -1071,20 +1142,17 @@ def main(argv=None):
           + (f" ({len(gpus)} GPU(s), one run on each)" if gpus else f" ({args.jobs} at a time)")
           + (f", and seeds {extra_seeds} where needed" if extra_seeds else "")
           + "; finished ones are kept (use --results=FOLDER to train them all again)", flush=True)
-    failed = run_all(args.suite, results, pictures, max_iters, args.jobs, overrides, gpus) if pictures else 0
+    failed = run_all(args.suite, results, pictures, max_iters, args.jobs, overrides, gpus, go_on) if pictures else 0
     for group in filter(None, groups):
         # seed by seed: a partial study covers every run
         jobs = [(run, seed) for seed in seeds for run in group]
-        failed += run_all(args.suite, results, jobs, max_iters, args.jobs, overrides, gpus)
+        failed += run_all(args.suite, results, jobs, max_iters, args.jobs, overrides, gpus, go_on)
         if extra_seeds and not failed:  # more seeds where three cannot tell a run from the baseline
             close = close_runs(load(results, suite["runs"], seeds), [r for r in group if r != "baseline"])
             print(f"not told from the baseline after {len(seeds)} seeds: {', '.join(close) or 'none'}")
             extra = [(run, seed) for seed in extra_seeds for run in (["baseline"] + close if close else [])]
-            failed += run_all(args.suite, results, extra, max_iters, args.jobs, overrides, gpus)
-    print(f"study done{f', {failed} run(s) FAILED' if failed else ''}; "
-          f"the table: python -m lab.study --suite={args.suite} --summary"
-          + "".join(f" {arg}" for arg in (argv if argv is not None else sys.argv[1:])
-                    if arg.startswith(("--results", "--max_iters", "--seeds"))))
+            failed += run_all(args.suite, results, extra, max_iters, args.jobs, overrides, gpus, go_on)
+    print(f"study done{f', {failed} run(s) FAILED' if failed else ''}; the table: `{table}`")
     return 1 if failed else 0
 
 

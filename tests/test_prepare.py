@@ -6,6 +6,7 @@ test_data.py.)
 """
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import pytest
 
 import data
 import prepare_wikipedia as pw
-from conftest import (ENV, ROOT, assert_interrupted, assert_one_line_error, interrupted_at, make_wikitext,
+from conftest import (ENV, ROOT, TINY, assert_interrupted, assert_one_line_error, interrupted_at, make_wikitext,
                       prepare_wikitext2, run, wikitext, word_articles)
 
 # a fake Wikipedia: 8 real articles and a stub; the random generator repeats pages
@@ -705,3 +706,51 @@ def test_a_second_prepare_of_the_same_dataset_stops_naming_the_first_and_leaves_
     assert first.returncode == 0, err
     meta = json.loads((tmp_path / "data" / "same" / "meta.json").read_text())
     assert meta["train_tokens"] == os.path.getsize(tmp_path / "data" / "same" / "train.bin") // 2
+
+
+def test_a_dataset_a_run_trains_on_is_not_prepared_again_under_it(workdir, tmp_path):
+    """While train.py trains on data/tiny, preparing data/tiny again (which would change its text under the run, or
+    end it with an IndexError) stops with one line naming the run; once the run has ended, it prepares."""
+    shutil.copytree(workdir / "data" / "tiny", tmp_path / "data" / "tiny")
+    before = {name: (tmp_path / "data" / "tiny" / name).read_bytes() for name in ("train.bin", "val.bin", "meta.json")}
+    args = ["--input", str(workdir / "text.txt"), "--name", "tiny", "--tokenizer", "byte", "--val_fraction", "0.2"]
+    first = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *TINY, "--out_dir=out",
+                              "--max_iters=1000000", "--eval_interval=1000"], cwd=tmp_path,
+                             env={**ENV, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, text=True)
+    try:
+        for line in first.stdout:  # it trains
+            if line.startswith("iter "):
+                break
+        assert_one_line_error(run("prepare_wikipedia.py", *args, cwd=tmp_path, check=False),
+                              f"data{os.sep}tiny is in use by pid {first.pid} (train.py --dataset=tiny",
+                              "wait for it to finish")
+        assert {name: (tmp_path / "data" / "tiny" / name).read_bytes() for name in before} == before
+    finally:
+        first.kill()
+        first.wait()
+    run("prepare_wikipedia.py", *args, cwd=tmp_path)
+    assert (tmp_path / "data" / "tiny" / "train.bin").read_bytes() != before["train.bin"]
+
+
+def test_a_run_does_not_start_on_a_dataset_being_prepared(workdir, tmp_path):
+    shutil.copytree(workdir / "data" / "tiny", tmp_path / "data" / "tiny")
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, data; data.hold_folder(sys.argv[1], '--name'); "
+                               "data.note_holder(sys.argv[1], 'prepare_wikipedia.py --name=tiny'); print('held', "
+                               "flush=True); sys.stdin.read()", os.path.join("data", "tiny")], cwd=tmp_path, env=ENV,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        result = run("train.py", *TINY, "--out_dir=out", "--max_iters=2", cwd=tmp_path, check=False)
+        assert_one_line_error(result, f"data{os.sep}tiny is in use by pid {holder.pid} (prepare_wikipedia.py "
+                              "--name=tiny", "wait for it to finish")
+        assert not (tmp_path / "out").exists()
+    finally:
+        holder.communicate("")
+
+
+def test_a_refused_preparation_leaves_no_empty_dataset_folder(tmp_path):
+    (tmp_path / "short.txt").write_text("too short\n")
+    result = run("prepare_wikipedia.py", "--input", "short.txt", "--name", "short", "--tokenizer", "byte", cwd=tmp_path,
+                 check=False)
+    assert_one_line_error(result, "no article of at least --min_chars=500 characters")
+    assert sorted(os.listdir(tmp_path)) == ["short.txt"]

@@ -7,10 +7,12 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -605,19 +607,134 @@ def test_ctrl_c_or_a_stop_signal_stops_the_study_and_its_runs_keeps_what_ran_and
     os.close(reader)
 
 
+def stopped_study(tmp_path, stand_in, ignored=(), stop="SIGTERM", lines=()):
+    """A study of 5 runs, 2 at a time, whose train.py is stand_in (Python source: it calls started() once ready, and
+    may append to the file `stopped`), started with the signals `ignored` ignored and sent `stop` once both stand-ins
+    have started; lines: Python run in the study first. Returns (the study's exit status, its stderr, the stand-ins'
+    pids). Bounded: the study and the stand-ins are killed after 30 s."""
+    fifo, stopped = tmp_path / "started", tmp_path / "stopped"
+    os.mkfifo(fifo)
+    child = (f"import os, signal, sys\nsys.path.insert(0, {ROOT!r})\nstopped = {str(stopped)!r}\n"
+             f"started = lambda: open({str(fifo)!r}, 'w').write(f'started {{os.getpid()}}\\n')\n{stand_in}")
+    code = ("import subprocess, sys\nfrom lab import study\nfrom configurator import on_ctrl_c\n"
+            "on_ctrl_c('the runs finished so far are kept')\n"  # as `python -m lab.study` starts
+            + "".join(f"{line}\n" for line in lines) + "real = subprocess.Popen\n"
+            f"study.subprocess.Popen = lambda cmd, **kw: real([sys.executable, '-c', {child!r}], **kw)\n"
+            f"study.run_all('gpt2', {str(tmp_path)!r}, [('baseline', seed) for seed in range(5)], 10, 2)\n")
+    process = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=ENV, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: [signal.signal(getattr(signal, s), signal.SIG_IGN) for s in ignored])
+    pids = []
+    try:
+        while len(pids) < 2:  # the two stand-ins say they started: no waiting on a clock
+            with open(fifo) as f:
+                pids += [int(line.split()[1]) for line in f.read().splitlines()]
+        process.send_signal(getattr(signal, stop))  # to the study alone: it passes the stop on to its runs
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        for pid in [process.pid, *pids]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:  # ended
+                pass
+        process.wait()
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    assert os.read(reader, 100) == b""  # no third run was started
+    os.close(reader)
+    return process.returncode, stderr, pids
+
+
+def test_a_study_started_with_ctrl_c_ignored_passes_a_stop_on_to_its_runs_which_ignore_ctrl_c_too(tmp_path):
+    """`nohup python -m lab.study ... &` in a script starts the study, and so its runs, with SIGINT ignored: SIGTERM
+    stops the study and every run, at once; each run stops as train.py does (a KeyboardInterrupt) and keeps its
+    checkpoint."""
+    stand_in = ("import configurator\nconfigurator.script_start()\nstarted()\ntry:\n    signal.pause()\n"
+                "except KeyboardInterrupt:\n    open(stopped, 'a').write('stopped\\n')\n    sys.exit(1)\n")
+    status, stderr, _ = stopped_study(tmp_path, stand_in, ignored=["SIGINT", "SIGHUP"])
+    assert status == 130 and "Traceback" not in stderr, stderr
+    assert_interrupted(subprocess.CompletedProcess([], 130, "", stderr), "2 cut short keep their last checkpoint")
+    assert (tmp_path / "stopped").read_text() == "stopped\n" * 2
+
+
+def test_a_run_that_does_not_stop_is_killed_after_a_while_and_the_study_says_so(tmp_path):
+    stand_in = "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):\n    signal.signal(s, signal.SIG_IGN)\n" \
+               "started()\nsignal.pause()\n"
+    status, stderr, pids = stopped_study(tmp_path, stand_in, lines=["study.STOP_WAIT = 1"])
+    assert status == 130 and "Traceback" not in stderr, stderr
+    assert_interrupted(subprocess.CompletedProcess([], 130, "", stderr), "2 cut short keep their last checkpoint",
+                       "2 did not stop within 1 s and were killed")
+
+
+def printed_commands(text):
+    """The arguments of each `python -m lab.study ...` command in text, as a shell would split them."""
+    return [shlex.split(command)[3:] for command in re.findall(r"`(python -m lab\.study [^`]*)`", text)]
+
+
+def test_every_command_a_study_prints_goes_on_with_that_study(tmp_path, monkeypatch, capsys):
+    """After Ctrl-C, when every run is done, when none is: the command the study prints trains or tables the same
+    runs, in the same --results folder, with the same steps, seeds and train.py settings."""
+    options = [f"--results={tmp_path / 'my study'}", "--max_iters=3", "--seeds=2", "--jobs=1", "--n_layer=1"]
+    trained, tabled = [], []
+
+    def train(suite, results, run_, seed, max_iters, overrides=(), gpu=None):
+        trained.append((suite, results, max_iters, list(overrides)))
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C during the first run
+        return "cut short; its last checkpoint is kept", None
+    monkeypatch.setattr(study, "train", train)
+    monkeypatch.setattr(study, "STOP", threading.Event())  # this test's stops, not the next test's
+    monkeypatch.setattr(study, "summary", lambda suite, results, max_iters, seeds: tabled.append(
+        (suite, results, max_iters, seeds)))
+    monkeypatch.setattr(study, "dataset_meta", lambda settings: {"vocab_size": 256})  # prepared
+    with pytest.raises(SystemExit):
+        study.main(["--suite=byte", *options])
+    [go_on] = printed_commands(capsys.readouterr().err)
+    with pytest.raises(SystemExit):
+        study.main(go_on)
+    assert trained[1] == trained[0] == ("byte", str(tmp_path / "my study"), 3, ["--n_layer=1"])
+    with pytest.raises(SystemExit) as e:  # no runs to table yet
+        study.main(["--suite=byte", *options, "--summary"])
+    [train_them] = printed_commands(str(e.value.code))
+    with pytest.raises(SystemExit):
+        study.main(train_them)
+    assert trained[2] == trained[0]
+    for run_ in study.SUITES["byte"]["runs"]:
+        for seed in (0, 1):
+            write_log(tmp_path / "my study" / f"{run_}_seed{seed}", [0, 3])
+    assert study.main(["--suite=byte", *options]) == 0  # every run is done
+    [table] = printed_commands(capsys.readouterr().out)
+    assert study.main(table) == 0 and tabled == [("byte", str(tmp_path / "my study"), 3, [0, 1])]
+
+
+@pytest.mark.parametrize("suite", ["gpt2", "byte", "gpt2_long", "gpt2_heldout", "gpt2_next"])
+def test_a_copy_of_a_suites_committed_results_is_that_suites_for_every_other_suite(tmp_path, capsys, suite):
+    """`cp -r lab/results/gpt2_study ../g2`: the copy holds the gpt2 study's runs, which no other suite tables or
+    trains, with one line naming the suite they are of and how to table them; the suite itself tables its copy."""
+    copy = tmp_path / "copy"
+    shutil.copytree(os.path.join(ROOT, study.SUITES[suite]["results"]), copy)
+    for other in sorted(set(study.SUITES) - {suite}):
+        with pytest.raises(SystemExit) as e:
+            study.main([f"--suite={other}", "--summary", f"--results={copy}"])
+        assert_one_line_error(str(e.value.code), f"holds a run of the {suite} study", f"not of the {other} study",
+                              f"`python -m lab.study --suite={suite} --summary --results={copy}`")
+    assert study.main([f"--suite={suite}", "--summary", f"--results={copy}"]) == 0
+    assert "| baseline |" in capsys.readouterr().out or suite == "gpt2_next"
+
+
 def test_a_study_refuses_the_runs_of_another_study_in_its_results_folder(tmp_path, monkeypatch):
-    """The gpt2 study's committed logs (no study.json: they are its runs by the folder they are in) are not the byte
-    study's runs, to train or to table; a run folder the study trained in says whose run it holds (study.json), with
+    """Logs without study.json in the gpt2 study's folder are its runs by the folder they are in, not the byte
+    study's, to train or to table; a run folder the study trained in says whose run it holds (study.json), with
     which settings after its config."""
     commands = no_training(monkeypatch)
     gpt2 = tmp_path / "gpt2_study"
     shutil.copytree(os.path.join(ROOT, study.SUITES["gpt2"]["results"]), gpt2)
+    for record in gpt2.glob("*/study.json"):  # as logs from before study.json: the folder says whose they are
+        record.unlink()
     monkeypatch.setitem(study.SUITES["gpt2"], "results", str(gpt2))
-    for extra in ([], ["--summary"]):
+    for extra, fix in (([], "use the byte study's own --results (default lab/results/cpu_study) or a new folder"),
+                       (["--summary"], f"its table is `python -m lab.study --suite=gpt2 --summary --results={gpt2}`")):
         with pytest.raises(SystemExit) as e:
             study.main(["--suite=byte", f"--results={gpt2}", *extra])
         assert_one_line_error(str(e.value.code), "baseline_seed0 holds a run of the gpt2 study, not of the byte study",
-                              "use the byte study's own --results")
+                              fix)
     assert commands == []
     study.check_own_runs("gpt2", str(gpt2), study.SUITES["gpt2"]["runs"], range(5), [])  # its own, without study.json
     mine = tmp_path / "mine"
@@ -626,7 +743,7 @@ def test_a_study_refuses_the_runs_of_another_study_in_its_results_folder(tmp_pat
     with pytest.raises(SystemExit) as e:
         study.main(["--suite=byte", f"--results={mine}"])
     assert_one_line_error(str(e.value.code), "holds a run of the gpt2 study (config/cpu_gpt2_baseline.py on "
-                          "data/wikitext2_valid_gpt2c), not of the byte study (config/cpu_baseline.py on")
+                          "data/wikitext2_valid_gpt2c, where the byte study has config/cpu_baseline.py on")
     with pytest.raises(SystemExit) as e:
         study.main(["--suite=gpt2", f"--results={mine}", "--n_layer=2"])
     assert_one_line_error(str(e.value.code), "was trained with --n_layer=1 after its config, not with --n_layer=2")
@@ -650,6 +767,22 @@ def test_a_study_checks_that_its_input_is_wikitext2_whatever_its_line_endings(tm
     assert commands == []
     assert study.main(["--suite=byte", f"--results={tmp_path / 'r'}", f"--input={tmp_path / 'windows.txt'}"]) == 0
     assert commands[0][1:3] == ["prepare_wikipedia.py", f"--input={tmp_path / 'windows.txt'}"]
+
+
+def test_a_refused_study_start_leaves_no_results_folder_behind(tmp_path, monkeypatch):
+    """An --input that is not the suite's text, a preparation that fails: one line, and no folder made for the
+    results (nor the folders around it)."""
+    monkeypatch.setattr(study, "dataset_meta", lambda settings: {})  # not prepared yet
+    (tmp_path / "other.txt").write_text(word_articles(ASCII_WORDS, 4, 30))
+    results = tmp_path / "new" / "results"
+    with pytest.raises(SystemExit) as e:
+        study.main(["--suite=byte", f"--results={results}", f"--input={tmp_path / 'other.txt'}"])
+    assert_one_line_error(str(e.value.code), "is not WikiText-2's valid.txt")
+    monkeypatch.setattr(study.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1))
+    with pytest.raises(SystemExit) as e:
+        study.main(["--suite=byte", f"--results={results}"])
+    assert_one_line_error(str(e.value.code), "could not prepare data/wikitext2_valid_byte")
+    assert os.listdir(tmp_path) == ["other.txt"]
 
 
 @pytest.mark.parametrize("log, fragments", [
@@ -708,8 +841,8 @@ def test_dry_run_measures_a_cpu_runs_speed_also_as_python_m_lab_study():
 def test_a_train_py_failure_while_picking_the_learning_rate_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(study, "ROOT", str(tmp_path))
     write_log(tmp_path / "lab" / "results" / "gpt2_study" / "encdec_none_seed0", range(0, 1250, 50))
-    monkeypatch.setattr(study.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(
-        cmd, 1, "", "eval 0: ...\nerror: could not write out/log.jsonl: the disk is full\n"))
+    monkeypatch.setattr(study, "run_process", lambda cmd, env: (
+        1, "eval 0: ...\nerror: could not write out/log.jsonl: the disk is full\n"))
     with pytest.raises(SystemExit) as e:
         study.main(["--pick_lr=0.001"])
     assert_one_line_error(str(e.value.code), "the baseline at learning_rate=0.001 failed: could not write "

@@ -12,11 +12,14 @@ import glob
 import json
 import math
 import os
+import queue
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -49,6 +52,32 @@ def test_resumed_run_logs_exactly_the_losses_of_an_uninterrupted_run(workdir):
     assert [r["iter"] for r in resumed] == [0, 2, 4, 6]
     assert losses(resumed) == losses(full)
     assert full[-1]["train_loss"] < full[0]["train_loss"]  # it did learn something
+
+
+def test_another_runs_checkpoint_in_a_runs_folder_is_refused_and_nothing_changes(workdir, tmp_path):
+    """A baseline's ckpt.pt (iteration 2) copied over an encoder-decoder run's (iteration 6): resuming it would cut
+    the run's log back to iteration 2 and go on with the baseline. It stops with one line, before touching a file."""
+    out = copy_run(workdir, tmp_path)
+    train(tmp_path, "baseline", "--variant=baseline", "--max_iters=2")
+    shutil.copy(tmp_path / "baseline" / "ckpt.pt", out / "ckpt.pt")
+    before = files(out)
+    result = run("train.py", "--out_dir=out", "--init_from=resume", "--max_iters=8", cwd=tmp_path, check=False)
+    assert_one_line_error(result, f"out{os.sep}ckpt.pt (iteration 2) is not the checkpoint of the run logged in "
+                          f"out{os.sep}log.jsonl: their evaluations at iteration 0 differ", "put the run's own ckpt.pt "
+                          "back, or resume this one in a folder of its own")
+    assert files(out) == before
+
+
+def test_a_resume_sets_aside_what_was_logged_after_its_checkpoint_and_says_so(workdir, tmp_path):
+    out = copy_run(workdir, tmp_path)  # its checkpoint is at iteration 6
+    later = json.dumps({"iter": 8, "train_loss": 99.0, "val_loss": 99.0}) + "\n"  # logged by a run that then died
+    with open(out / "log.jsonl", "a") as f:
+        f.write(later)
+    result = run("train.py", "--out_dir=out", "--init_from=resume", "--max_iters=8", cwd=tmp_path)
+    assert (f"out{os.sep}log.jsonl: kept its records up to iteration 6, the checkpoint's; set aside 1 later record "
+            f"(iteration 8) in out{os.sep}log.jsonl.after6") in result.stdout
+    assert (out / "log.jsonl.after6").read_text() == later
+    assert [r["iter"] for r in log(tmp_path, "out")] == [0, 2, 4, 6, 8] and log(tmp_path, "out")[-1]["val_loss"] < 99
 
 
 def test_log_records_every_eval_with_its_fields(workdir):
@@ -426,6 +455,8 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(workdir):
 def test_log_rewrite_on_a_full_disk_keeps_the_old_log(workdir, small_disk):
     disk = small_disk("disk", 2048)
     out = copy_run(workdir, disk)
+    with open(out / "log.jsonl", "a") as f:  # logged after the checkpoint: the resume sets it aside
+        f.write(json.dumps({"iter": 8, "train_loss": 99.0}) + "\n")
     before = files(out)
     fill(disk)
     result = train(disk, "out", "--init_from=resume", "--max_iters=8", check=False)
@@ -519,6 +550,52 @@ def test_ctrl_c_or_a_stop_signal_says_where_the_last_checkpoint_is(workdir, stop
     assert "interrupted at iteration" in stderr and f"out_{stop}/ckpt.pt (iteration 0)" in stderr
     assert f"--out_dir=out_{stop} --init_from=resume" in stderr
     assert sorted(os.listdir(workdir / f"out_{stop}")) == ["ckpt.pt", "log.jsonl"]
+
+
+def output_lines(process):
+    """The lines of process's stdout as they come, in a queue a thread fills (None at the end): a test waits for a
+    line with a timeout, never on a clock."""
+    lines = queue.Queue()
+
+    def read():
+        for line in process.stdout:
+            lines.put(line)
+        lines.put(None)
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def wait_for(lines, prefix, timeout=120):
+    """The next line starting with prefix (lines: output_lines), within timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        line = lines.get(timeout=max(0, deadline - time.monotonic()))
+        assert line is not None, f"the output ended before a line starting with {prefix!r}"
+        if line.startswith(prefix):
+            return line
+
+
+@pytest.mark.parametrize("ignored, stop", [("SIGHUP", "SIGTERM"), ("SIGTERM", "SIGINT"), ("SIGINT", "SIGTERM")])
+def test_a_signal_ignored_where_the_run_started_as_nohup_ignores_a_hang_up_stays_ignored(tmp_path, ignored, stop):
+    """`nohup python train.py ... &` ignores SIGHUP (a shell script's background job, SIGINT too): the terminal closing
+    does not stop the run, which trains on; a stop it does not ignore still says where its checkpoint is."""
+    ignore = getattr(signal, ignored)
+    process = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), "--dataset=reversal", "--n_layer=1",
+                                "--n_embed=16", "--n_head=2", "--max_iters=1000000", "--log_interval=1",
+                                "--device=cpu", "--out_dir=out"], cwd=tmp_path, env={**ENV, "PYTHONUNBUFFERED": "1"},
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               preexec_fn=lambda: signal.signal(ignore, signal.SIG_IGN))
+    try:
+        lines = output_lines(process)
+        wait_for(lines, "iter 1:")
+        process.send_signal(ignore)
+        wait_for(lines, "iter 3:")  # two steps later: still training
+        process.send_signal(getattr(signal, stop))
+        assert "interrupted at iteration" in wait_for(lines, "interrupted")
+        assert process.wait(timeout=60) != 0
+    finally:
+        process.kill()
+        process.wait()
 
 
 def test_ctrl_c_in_the_first_seconds_is_one_line_too(workdir):
