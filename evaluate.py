@@ -1,9 +1,9 @@
 """
 The loss of a trained model over a whole text: every token once, the same figure on every run.
 
-    python evaluate.py --out_dir=out-wikitext2_valid_gpt2c                 # the run's own val split
-    python evaluate.py --out_dir=out-wikitext2_valid_gpt2c --split=train
-    python evaluate.py --out_dir=out-wikitext2_valid_gpt2c --input=my.txt  # any text, with the run's tokenizer
+    python evaluate.py --out_dir=out/wikitext2_valid_gpt2c                 # the run's own val split
+    python evaluate.py --out_dir=out/wikitext2_valid_gpt2c --split=train
+    python evaluate.py --out_dir=out/wikitext2_valid_gpt2c --input=my.txt  # any text, with the run's tokenizer
 
 The run's folder is all it needs for --input (the checkpoint carries the tokenizer); its own splits are read from
 data/<dataset>/ in the working folder. With a compact vocabulary (the GPT-2 configs), tokens that never occur in the
