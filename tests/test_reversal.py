@@ -15,11 +15,12 @@ from conftest import ROOT, log, run
 from model import ModelConfig, build_model
 
 
-def quick_start_block():
-    """The README's quick start: its commands and the output it quotes."""
+def quick_start():
+    """The README's quick start: its commands, the output it quotes, and the whole section."""
     readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
     section = readme[readme.index("## Quick start"):]
-    return re.findall(r"```(?:bash)?\n(.*?)```", section, re.S)[:2]
+    section = section[:section.index("\n## ")]
+    return (*re.findall(r"```(?:bash)?\n(.*?)```", section, re.S)[:2], section)
 
 
 def eval_lines(text):
@@ -32,7 +33,7 @@ def test_reversal_quick_start_trains_the_walkthroughs_small_model_as_the_readme_
     """`python train.py --dataset=reversal` builds the walk-through's 2 + 2-layer encoder-decoder of width 64 and prints
     what the README quotes: its parameter count, and (cut short at 150 of its 400 steps, the learning rate unchanged)
     the first evaluations, to within float noise; the write-up's shape is one config file away."""
-    commands, output = quick_start_block()
+    commands, output, section = quick_start()
     assert re.search(r"^python train.py --dataset=reversal\s", commands, re.M)
     result = run("train.py", "--dataset=reversal", "--max_iters=150", "--device=cpu", cwd=tmp_path)
     first, params = result.stdout.splitlines()[:2]
@@ -45,7 +46,7 @@ def test_reversal_quick_start_trains_the_walkthroughs_small_model_as_the_readme_
         q = quoted[it]
         assert abs(train_loss - q[0]) < 0.01 and abs(val_loss - q[1]) < 0.01 and abs(accuracy - q[2]) < 1, (it, q)
     assert quoted[400][2] == 100.0  # the whole run writes back every held-out sequence, as in the walk-through
-    assert "checkpoint and log in out/reversal/" in output and "--overwrite" in "".join(quick_start_block())
+    assert "checkpoint and log in out/reversal/" in output and "--overwrite" in section
     records = log(tmp_path, os.path.join("out", "reversal"))  # its own default folder
     assert records[0]["val_accuracy"] == 0.0
     assert records[-1]["val_accuracy"] > 0.1  # chance: about 1 in 9 ** length, at most 1 in 81 on held-out sequences
