@@ -1,10 +1,10 @@
 """
 The loss of a trained model over a whole text: every token once, the same figure on every run.
 
-    python evaluate.py --out_dir=out-wikitext2_valid_gpt2c                 # the run's own val split
-    python evaluate.py --out_dir=out-wikitext2_valid_gpt2c --split=train
-    python evaluate.py --out_dir=out-wikitext2_valid_gpt2c --input=my.txt  # any text, with the run's tokenizer
-    python evaluate.py --out_dir=out-reversal                              # reversal: held-out accuracy
+    python evaluate.py --out_dir=out/wikitext2_valid_gpt2c                 # the run's own val split
+    python evaluate.py --out_dir=out/wikitext2_valid_gpt2c --split=train
+    python evaluate.py --out_dir=out/wikitext2_valid_gpt2c --input=my.txt  # any text, with the run's tokenizer
+    python evaluate.py --out_dir=out/reversal                              # reversal: held-out accuracy
 
 --input is read as prepare_wikipedia.py reads a text file: UTF-8 text, its line endings as \n; anything else (a NUL
 byte, as in a .bin token file, or bytes that are not UTF-8) is refused, not scored.

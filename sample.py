@@ -2,10 +2,10 @@
 Sample from a model trained by train.py (its out_dir/ckpt.pt), decoding with the dataset's tokenizer, which the
 checkpoint carries: only the run's folder is needed, from any working folder.
 
-    python sample.py --out_dir=out-wikipedia --start="The history of" --num_samples=3 --max_new_tokens=200
-    python sample.py --out_dir=out-wikipedia --start=FILE:prompt.txt --top_p=0.9
-    python sample.py --out_dir=out-reversal --start="3 5 4 2 1"    # reversal: the digits to reverse
-    python sample.py --out_dir=out-reversal                        # reversal: random digit sequences
+    python sample.py --out_dir=out/wikipedia --start="The history of" --num_samples=3 --max_new_tokens=200
+    python sample.py --out_dir=out/wikipedia --start=FILE:prompt.txt --top_p=0.9
+    python sample.py --out_dir=out/reversal --start="3 5 4 2 1"    # reversal: the digits to reverse
+    python sample.py --out_dir=out/reversal                        # reversal: random digit sequences
 
 A sample ends at the end of its article (the end-of-text token) or after --max_new_tokens.
 """
@@ -26,7 +26,7 @@ on_ctrl_c("stopped sampling", lower="--num_samples or --max_new_tokens", compile
 
 parser = argument_parser(__doc__, "python sample.py")
 parser.add_argument("--out_dir", default=None,
-                    help="the training run's folder, holding ckpt.pt (default: the one out-*/ folder here)")
+                    help="the training run's folder, holding ckpt.pt (default: the one out/*/ folder here)")
 parser.add_argument("--start", default=None, help="the prompt, or FILE:path to read it from a file "
                                                   "(default: a new line; reversal: a random digit sequence per sample)")
 parser.add_argument("--num_samples", type=int, default=3, help="samples to draw, each from the same prompt")
@@ -60,10 +60,10 @@ top_p = args.top_p if args.top_p != 1 else None  # 1: every token, as without it
 
 # the model
 args.device, dtype = pick_device(args.device, args.dtype)
-if args.out_dir is None:  # train.py's default folders are out-<dataset>
-    runs = sorted(os.path.dirname(path) for path in glob.glob("out-*/ckpt.pt"))
+if args.out_dir is None:  # train.py's default folders are out/<dataset>
+    runs = sorted(os.path.dirname(path) for path in glob.glob(os.path.join("out", "*", "ckpt.pt")))
     if len(runs) != 1:
-        found = f"several runs here ({', '.join(runs)})" if runs else "no out-*/ckpt.pt here"
+        found = f"several runs here ({', '.join(runs)})" if runs else "no out/*/ckpt.pt here"
         fail(f"{found}; give the run's folder with --out_dir")
     args.out_dir = runs[0]
 ckpt_path = os.path.join(args.out_dir, "ckpt.pt")

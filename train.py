@@ -1,7 +1,7 @@
 """
 Train the auto-regressive encoder-decoder transformer, or the decoder-only baseline it is compared with.
 
-    python train.py --dataset=reversal                      # zero-setup demo: the reversal task, in out-reversal/
+    python train.py --dataset=reversal                      # zero-setup demo: a small model reverses digits
     python train.py config/paper_encdec_mse_pos_sub.py      # an appendix run of the write-up (prepare the data first)
     python train.py config/cpu_baseline.py --max_iters=100  # a config file, then --key=value overrides
     python train.py --help                                  # every setting, its default and what it means
@@ -56,8 +56,9 @@ def on_interrupt(kind, value, tb):
 sys.excepthook = on_interrupt
 script_start()
 # -----------------------------------------------------------------------------
-# settings; the defaults are the write-up's appendix runs (one A100, 9k steps)
-out_dir = ""  # folder for ckpt.pt and log.jsonl; "" means out-<dataset>, e.g. out-reversal
+# settings; the defaults train the write-up's model (13 + 13 layers, 150 wide) as its appendix runs did (one A100,
+# 9k steps); --dataset=reversal has its own small model and schedule (reversal.DEFAULTS)
+out_dir = ""  # folder for ckpt.pt and log.jsonl; "" means out/<dataset>, e.g. out/reversal
 dataset = "wikipedia"  # data/<dataset>/{train,val}.bin and meta.json, or "reversal" (generated here)
 batch_size = 50  # sequences per micro-batch
 gradient_accumulation_steps = 16  # micro-batches per optimizer step, over all processes together
@@ -90,11 +91,12 @@ globals().update(dict.fromkeys(ModelConfig.flags()))
 # config: `python train.py [config/file.py ...] [--key=value ...]`, later ones win
 defaults = {k: v for k, v in globals().items()
             if not k.startswith("_") and isinstance(v, (bool, int, float, str, type(None)))}
-user_set = configure(globals(), defaults, sys.argv[1:], ModelConfig, epilog="\n--dataset=reversal uses its own, "
-                     "shorter schedule for the settings not given (reversal.SCHEDULE).")
+user_set = configure(globals(), defaults, sys.argv[1:], ModelConfig, epilog="\n--dataset=reversal uses its own small "
+                     "model and schedule for the settings not given (reversal.DEFAULTS); the write-up's shape on that "
+                     "task: config/reversal_paper.py.")
 if init_from not in ("scratch", "resume"):
     fail(f"init_from={init_from!r} is not allowed; use --init_from=scratch or --init_from=resume")
-out_dir = out_dir or f"out-{dataset}"  # each dataset its own folder, as nanoGPT's out-shakespeare-char
+out_dir = out_dir or os.path.join("out", dataset)  # each dataset its own folder, as each config its own
 ckpt_path, log_path = os.path.join(out_dir, "ckpt.pt"), os.path.join(out_dir, "log.jsonl")
 resume_command = f"python train.py --out_dir={out_dir} --init_from=resume"
 checkpoint, saved_iter, master = None, None, int(os.environ.get("RANK", 0)) == 0  # rank 0 of torchrun writes
@@ -114,11 +116,11 @@ if init_from == "resume":  # the checkpoint's settings fill in every key not set
     restored = {k: v for k, v in saved.items() if k not in user_set | {"out_dir", "init_from", "overwrite"}}
     globals().update(restored)
     user_set |= restored.keys()
-if dataset == "reversal":  # the sequence-reversal study's toy task has its own, much shorter schedule
-    schedule = {k: v for k, v in reversal.SCHEDULE.items() if k not in user_set}
-    globals().update(schedule)
-    if schedule:
-        print("reversal: using its schedule for " + ", ".join(f"{k}={v}" for k, v in schedule.items()))
+if dataset == "reversal":  # the sequence-reversal study's toy task: the walk-through's small model, a short schedule
+    own = {k: v for k, v in reversal.DEFAULTS.items() if k not in user_set}
+    globals().update(own)
+    if own:
+        print("reversal: using its own defaults for " + ", ".join(f"{k}={v}" for k, v in own.items()))
 # -----------------------------------------------------------------------------
 # checks: every setting's range, before anything is written; one line naming the setting and the fix
 checks = {  # setting: (is the value allowed?, what to use instead)

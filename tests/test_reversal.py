@@ -1,22 +1,60 @@
-"""Specifications of reversal.py, the zero-setup demo: its sequences, its held-out split, and that train.py and
-sample.py learn and decode it. CPU only, no network.
+"""Specifications of reversal.py, the zero-setup quick start: its sequences, its held-out split, and that train.py
+(as the README shows it) and sample.py learn and decode it. CPU only, no network.
 
     python -m pytest -q tests/test_reversal.py
 """
+import os
+import re
+
 import numpy as np
+import pytest
 
 import reversal
-from conftest import log, run
+from configurator import read_config
+from conftest import ROOT, log, run
+from model import ModelConfig, build_model
 
 
-def test_reversal_demo_learns_above_chance(tmp_path):
-    result = run("train.py", "--dataset=reversal", "--n_layer=2", "--n_embed=64", "--n_head=4", "--max_iters=100",
-                 "--eval_interval=50", "--device=cpu", cwd=tmp_path)
-    assert "reversal: using its schedule for" in result.stdout and "max_iters" not in result.stdout.splitlines()[0]
-    records = log(tmp_path, "out-reversal")  # its own default folder
+def quick_start():
+    """The README's quick start: its commands, the output it quotes, and the whole section."""
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    section = readme[readme.index("## Quick start"):]
+    section = section[:section.index("\n## ")]
+    return (*re.findall(r"```(?:bash)?\n(.*?)```", section, re.S)[:2], section)
+
+
+def eval_lines(text):
+    """{iteration: (train loss, val loss, val accuracy %)} of train.py's evaluation lines."""
+    return {int(m[0]): tuple(map(float, m[1:])) for m in re.findall(
+        r"^eval (\d+): train loss ([\d.]+), val loss ([\d.]+), val accuracy ([\d.]+)%$", text, re.M)}
+
+
+def test_reversal_quick_start_trains_the_walkthroughs_small_model_as_the_readme_shows(tmp_path):
+    """`python train.py --dataset=reversal` builds the walk-through's 2 + 2-layer encoder-decoder of width 64 and prints
+    what the README quotes: its parameter count, and (cut short at 150 of its 400 steps, the learning rate unchanged)
+    the first evaluations, to within float noise; the write-up's shape is one config file away."""
+    commands, output, section = quick_start()
+    assert re.search(r"^python train.py --dataset=reversal\s", commands, re.M)
+    result = run("train.py", "--dataset=reversal", "--max_iters=150", "--device=cpu", cwd=tmp_path)
+    first, params = result.stdout.splitlines()[:2]
+    assert first.startswith("reversal: using its own defaults for n_layer=2, n_embed=64, n_head=4, seed=0, ")
+    assert "max_iters" not in first  # given on the command line
+    assert params.startswith("encdec: 235,328 parameters;") and params.split(";")[0] in output
+    quoted, printed = eval_lines(output), eval_lines(result.stdout)
+    assert sorted(printed) == [0, 50, 100, 150] and set(printed) <= set(quoted) and 400 in quoted
+    for it, (train_loss, val_loss, accuracy) in printed.items():
+        q = quoted[it]
+        assert abs(train_loss - q[0]) < 0.01 and abs(val_loss - q[1]) < 0.01 and abs(accuracy - q[2]) < 1, (it, q)
+    assert quoted[400][2] == 100.0  # the whole run writes back every held-out sequence, as in the walk-through
+    assert "checkpoint and log in out/reversal/" in output and "--overwrite" in section
+    records = log(tmp_path, os.path.join("out", "reversal"))  # its own default folder
     assert records[0]["val_accuracy"] == 0.0
-    assert records[-1]["val_accuracy"] > 0.05  # chance: about 1 in 9 ** length, at most 1 in 81 on held-out sequences
-    # sample.py finds the one out-*/ run; greedy decoding of one prompt has one answer, printed once
+    assert records[-1]["val_accuracy"] > 0.1  # chance: about 1 in 9 ** length, at most 1 in 81 on held-out sequences
+    # the write-up's shape on this task: 13 + 13 layers of 150, 8,226,750 parameters
+    settings = read_config(os.path.join(ROOT, "config", "reversal_paper.py"))
+    flags = {k: v for k, v in {**reversal.DEFAULTS, **settings}.items() if k in ModelConfig.flags()}
+    assert settings["dataset"] == "reversal" and build_model(ModelConfig(**flags)).num_params() == 8_226_750
+    # sample.py finds the one out/*/ run; greedy decoding of one prompt has one answer, printed once
     result = run("sample.py", "--start=3 5 4", "--num_samples=3", "--device=cpu", cwd=tmp_path)
     assert result.stdout.startswith("3 5 4 -> ") and len(result.stdout.split("->")[1].split()) == 3
     assert len(result.stdout.splitlines()) == 1
@@ -39,4 +77,5 @@ def test_reversal_held_out_sequences_never_appear_in_training():
         seen = {tuple(x) for x in train_sequences[n]}
         assert not seen & {tuple(x) for x in held_out[n]}
         assert len(seen) + len(held_out[n]) == 9 ** n
-    assert sum(len(x) for x in held_out.values()) > 400
+    total = sum(len(x) for x in held_out.values())
+    assert total == 480 and f"{total} held-out sequences" in open(os.path.join(ROOT, "README.md")).read()

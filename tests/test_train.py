@@ -135,7 +135,7 @@ def test_ddp_stop_on_rank_0_ends_every_process_with_its_one_line(workdir, tmp_pa
 
 def test_each_dataset_has_its_own_default_out_dir(workdir):
     run("train.py", *TINY, "--max_iters=0", cwd=workdir)
-    assert os.path.exists(workdir / "out-tiny" / "ckpt.pt")
+    assert os.path.exists(workdir / "out" / "tiny" / "ckpt.pt")
 
 
 def test_resume_with_another_batch_size_logs_the_true_token_count(workdir, tmp_path):
