@@ -551,7 +551,8 @@ while True:
         break
 
     for micro_step in my_micro_steps:
-        torch.manual_seed(dropout_seed(iter_num, micro_step))  # dropout masks depend on (seed, it, micro_step) only
+        if config.dropout:  # its masks, the only random draws of a step, depend on (seed, it, micro_step) only
+            torch.manual_seed(dropout_seed(iter_num, micro_step))  # (not free: it seeds every device's generator)
         x, y = train_batch(iter_num, micro_step)
         # gradients are all-reduced (averaged over processes) only after the last micro-step
         with model.no_sync() if ddp and micro_step != my_micro_steps[-1] else nullcontext():
