@@ -181,8 +181,12 @@ if ddp:
 else:
     rank, world_size = 0, 1
 if gradient_accumulation_steps % world_size:
+    steps = math.lcm(gradient_accumulation_steps, world_size)  # the same step of sequences in smaller micro-batches
+    same_step = (f", e.g. --batch_size={batch_size * gradient_accumulation_steps // steps} --gradient_accumulation_steps="
+                 f"{steps} (the same {batch_size * gradient_accumulation_steps} sequences per step)"
+                 if batch_size * gradient_accumulation_steps % steps == 0 else "")
     fail(f"gradient_accumulation_steps={gradient_accumulation_steps} must be divisible by the {world_size} "
-         f"processes; change one of them")
+         f"processes; change one of them{same_step}")
 my_micro_steps = list(range(rank, gradient_accumulation_steps, world_size))  # rank r of W: micro-steps r, r+W, ...
 
 
