@@ -283,8 +283,8 @@ class Transformer(nn.Module):
         # E_ln = LayerNorm_a(E)
         if c.embedding_ln == "init":
             E = self.ln_embed(E)
-        # E_avg_sum(i) = 1/i * sum_{k<=i} E_ln(k): the cumulative average over T
-        embed_avg = E.cumsum(dim=1) / torch.arange(1, E.size(1) + 1, device=E.device, dtype=E.dtype)[:, None]
+        # E_avg_sum(i) = 1/i * sum_{k<=i} E_ln(k): the cumulative average over T (compiled: see cumulative_average)
+        embed_avg = cumulative_average(E)
         if c.embedding_ln == "avg_cum_sum":
             embed_avg = self.ln_embed(embed_avg)
         # out_enc_ln = LayerNorm_b(out_enc)
@@ -402,6 +402,16 @@ def causal_attention(q, k, v, dropout_p, mask=None):
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=mask is None,
                                        scale=1 / math.sqrt(hs))
     return y[..., :hs]
+
+
+def cumulative_average(E):
+    """E_avg_sum of E (B, T, C): E.cumsum(1) / i at position i. Compiled, as one matmul with the (T, T) causal averaging
+    weights instead: torch 2.11's compiler crashed on CUDA on the cumulative sum fused with the 1/i (InductorError:
+    TypeError: list indices must be integers or slices, not NoneType, in TritonSymbols.get_block_shape)."""
+    i = torch.arange(1, E.size(1) + 1, device=E.device, dtype=E.dtype)[:, None]  # (T, 1)
+    if is_compiling():
+        return (torch.ones(E.size(1), E.size(1), device=E.device, dtype=E.dtype).tril() / i) @ E
+    return E.cumsum(dim=1) / i
 
 
 def fast_decoding(model, compile):

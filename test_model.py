@@ -481,6 +481,15 @@ def test_loss_without_logits_equals_cross_entropy_under_autocast(dtype):
         torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-4)
 
 
+def test_the_compiled_cumulative_average_is_the_cumulative_sum_over_the_position(monkeypatch):
+    import model
+    E = torch.randn(2, 7, 5, generator=torch.Generator().manual_seed(0))
+    expected = torch.stack([E[:, :i + 1].mean(dim=1) for i in range(7)], dim=1)
+    for compiling in (False, True):  # compiled: a matmul with the causal averaging weights, not a cumulative sum
+        monkeypatch.setattr(model, "is_compiling", lambda: compiling)
+        torch.testing.assert_close(model.cumulative_average(E), expected)
+
+
 def test_the_write_ups_odd_head_sizes_compile_to_the_eager_loss_and_gradients():
     """torch.compile (inductor, here its CPU backend) of one training step under bfloat16 autocast, with every odd part:
     heads of 15 (the write-up's cross-attention), rotary positions that leave a column, the embedding loss, and the
