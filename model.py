@@ -409,8 +409,9 @@ def cumulative_average(E):
     weights instead: torch 2.11's compiler crashed on CUDA on the cumulative sum fused with the 1/i (InductorError:
     TypeError: list indices must be integers or slices, not NoneType, in TritonSymbols.get_block_shape)."""
     i = torch.arange(1, E.size(1) + 1, device=E.device, dtype=E.dtype)[:, None]  # (T, 1)
-    if is_compiling():
-        return (torch.ones(E.size(1), E.size(1), device=E.device, dtype=E.dtype).tril() / i) @ E
+    if is_compiling():  # in E's precision, as the cumulative sum: autocast would round the matmul to 16 bits
+        with torch.autocast(E.device.type, enabled=False):
+            return (torch.ones(E.size(1), E.size(1), device=E.device, dtype=E.dtype).tril() / i) @ E
     return E.cumsum(dim=1) / i
 
 
