@@ -100,9 +100,20 @@ def machine_error(error, lower, compile_off="use --compile=False"):
     if "MemoryError" in names or "OutOfMemoryError" in names or re.search(
             r"out of memory|DefaultCPUAllocator|can't allocate memory", detail, re.I):
         return f"out of memory ({detail}); lower {lower}"
-    if "BackendCompilerFailed" in names:  # InductorError is one
-        return f"torch.compile could not build the model ({detail}); {compile_off}, or install a C++ compiler"
+    if "BackendCompilerFailed" in names or any(kind.__module__.startswith(("torch._dynamo", "torch._inductor"))
+                                               for kind in type(error).__mro__):
+        return compile_failure(error, compile_off)
     return None
+
+
+def compile_failure(error, compile_off="use --compile=False"):
+    """The one line for a torch.compile that failed, whatever the torch release and the error's class."""
+    while getattr(error, "inner_exception", None) is not None:  # BackendCompilerFailed: the backend's own error
+        error = error.inner_exception
+    detail = (str(error).strip() or type(error).__name__).splitlines()[0][:300]
+    no_compiler = re.search(r"compiler|g\+\+|gcc|\bcc\b|cl\.exe|CalledProcessError", detail, re.I)
+    return (f"torch.compile could not build the model ({type(error).__name__}: {detail}); {compile_off}"
+            + (", or install a C++ compiler" if no_compiler else ""))
 
 
 def on_ctrl_c(message, lower="the sizes asked for", compile_off="use --compile=False"):

@@ -63,7 +63,7 @@ def rotate(x, pos):
     angle = pos[:, None].float() * theta  # (T, d/2)
     cos, sin, x1, x2 = angle.cos().to(x.dtype), angle.sin().to(x.dtype), x[..., :d // 2], x[..., d // 2:d]
     # (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos)
-    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos, x[..., d:]), dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos) + ((x[..., d:],) if d < x.size(-1) else ()), dim=-1)
 
 
 class Attention(nn.Module):
@@ -265,7 +265,7 @@ class Transformer(nn.Module):
             logits = self.lm_head(x)  # (B, T, vocab)
             # cross-entropy = the mean over targets t (not -1) of -log softmax(logits)[t]
             ce = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
-        else:  # the same, faster on a CPU with a large vocabulary (logits_needed, after the model)
+        else:  # the same without the float32 logits: less memory, and faster on a CPU (logits_needed, after the model)
             logits, ce = None, cross_entropy_without_logits(x, self.lm_head.weight, targets)
         loss, embedding_loss = ce, None
         if c.embedding_loss != "none":
@@ -286,8 +286,8 @@ class Transformer(nn.Module):
         # E_ln = LayerNorm_a(E)
         if c.embedding_ln == "init":
             E = self.ln_embed(E)
-        # E_avg_sum(i) = 1/i * sum_{k<=i} E_ln(k): the cumulative average over T
-        embed_avg = E.cumsum(dim=1) / torch.arange(1, E.size(1) + 1, device=E.device, dtype=E.dtype)[:, None]
+        # E_avg_sum(i) = 1/i * sum_{k<=i} E_ln(k): the cumulative average over T (compiled: see cumulative_average)
+        embed_avg = cumulative_average(E)
         if c.embedding_ln == "avg_cum_sum":
             embed_avg = self.ln_embed(embed_avg)
         # out_enc_ln = LayerNorm_b(out_enc)
@@ -400,10 +400,23 @@ def causal_attention(q, k, v, dropout_p, mask=None):
     hs = q.size(-1)
     # Fused attention runs up to 1.6x slower on head sizes that are not a multiple of 8 (the write-up's cross-attention:
     # 15); zero columns change no dot product and give zero outputs (a KV cache holds its keys / values padded).
-    q, k, v = (F.pad(t, (0, -t.size(-1) % 8)) if t.size(-1) % 8 else t for t in (q, k, v))
+    # Not while compiling (a KV cache's keys come padded: the queries only): the compiler picks its own kernel.
+    width = k.size(-1) if is_compiling() else k.size(-1) + -k.size(-1) % 8
+    q, k, v = (F.pad(t, (0, width - t.size(-1))) if t.size(-1) < width else t for t in (q, k, v))
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=mask is None,
                                        scale=1 / math.sqrt(hs))
     return y[..., :hs]
+
+
+def cumulative_average(E):
+    """E_avg_sum of E (B, T, C): E.cumsum(1) / i at position i. Compiled, as one matmul with the (T, T) causal averaging
+    weights instead: torch 2.11's compiler crashed on CUDA on the cumulative sum fused with the 1/i (InductorError:
+    TypeError: list indices must be integers or slices, not NoneType, in TritonSymbols.get_block_shape)."""
+    i = torch.arange(1, E.size(1) + 1, device=E.device, dtype=E.dtype)[:, None]  # (T, 1)
+    if is_compiling():  # in E's precision, as the cumulative sum: autocast would round the matmul to 16 bits
+        with torch.autocast(E.device.type, enabled=False):
+            return (torch.ones(E.size(1), E.size(1), device=E.device, dtype=E.dtype).tril() / i) @ E
+    return E.cumsum(dim=1) / i
 
 
 def fast_decoding(model, compile, idx):
@@ -442,39 +455,35 @@ def fast_decoding(model, compile, idx):
 
 
 class LinearCrossEntropy(torch.autograd.Function):
-    """F.cross_entropy(x @ weight.T, targets, ignore_index=-1) in chunks of rows, so the (N, vocab) logits never exist
-    at once (on a CPU: less memory traffic); the gradients are taken on the way, while the softmax is at hand."""
+    """F.cross_entropy(x @ weight.T, targets, ignore_index=-1) in chunks of rows, so the (N, vocab) float32 logits never
+    exist at once; the gradients are taken on the way, while the softmax is at hand. In-place operations only on
+    tensors made here, never on views nor into out=: torch.compile traces it whole."""
 
     @staticmethod
     def forward(ctx, x, weight, targets, chunk_size, grad_enabled):
         valid = targets != -1
         n = valid.sum().clamp(min=1)
-        loss = torch.zeros((), device=x.device, dtype=torch.float32)
         C, w = x.size(1), weight.to(x.dtype)
-        if C % 8:  # the matmuls below run ~8% faster on widths that are a multiple of 8; zero columns add nothing
+        if C % 8 and not is_compiling():  # eager CPU matmuls run ~8% faster on a width that is a multiple of 8
             x, w = F.pad(x, (0, -C % 8)), F.pad(w, (0, -C % 8))
         need_grad = grad_enabled and (ctx.needs_input_grad[0] or ctx.needs_input_grad[1])  # not under no_grad
-        if need_grad:
-            grad_x, grad_weight = torch.empty_like(x), torch.zeros_like(w, dtype=torch.float32)
-        buffer = x.new_empty(min(chunk_size, x.size(0)), w.size(0))  # one (chunk, vocab) block, reused
+        loss, grad_x, grad_weight = 0.0, [], torch.zeros_like(w, dtype=torch.float32) if need_grad else None
         for i in range(0, x.size(0), chunk_size):
             xc, tc, vc = x[i:i + chunk_size], targets[i:i + chunk_size].clamp(min=0), valid[i:i + chunk_size]
-            logits = torch.mm(xc, w.T, out=buffer[:len(xc)]).float()  # (chunk, vocab)
+            logits = (xc @ w.T).float()  # (chunk, vocab)
             target_logits = logits.gather(1, tc[:, None])
-            # log-sum-exp and the softmax in place: no new (chunk, vocab) tensor, exp taken once
+            # log-sum-exp and the softmax in place: no second (chunk, vocab) tensor, exp taken once
             m = logits.amax(dim=1, keepdim=True)
             p = logits.sub_(m).exp_()
             total = p.sum(dim=1, keepdim=True)
-            loss += ((m + total.log() - target_logits)[:, 0] * vc).sum()
+            loss = loss + ((m + total.log() - target_logits)[:, 0] * vc).sum()
             if need_grad:
                 # d loss / d logits = (softmax - one_hot(target)) / n, on the rows that count
-                grad = p.mul_(vc[:, None] / (n * total))
-                grad[torch.arange(len(tc), device=x.device), tc] -= vc / n
-                grad = grad.to(x.dtype)
-                torch.mm(grad, w, out=grad_x[i:i + chunk_size])
-                grad_weight.addmm_(grad.T.float(), xc.float())
+                grad = p.mul_(vc[:, None] / (n * total)).scatter_add_(1, tc[:, None], -(vc / n)[:, None]).to(x.dtype)
+                grad_x.append(grad @ w)
+                grad_weight.add_(grad.T @ xc)
         if need_grad:
-            ctx.save_for_backward(grad_x[:, :C], grad_weight[:, :C].to(weight.dtype))
+            ctx.save_for_backward(torch.cat(grad_x)[:, :C], grad_weight[:, :C].to(weight.dtype))
         return loss / n
 
     @staticmethod
@@ -484,14 +493,26 @@ class LinearCrossEntropy(torch.autograd.Function):
 
 
 def cross_entropy_without_logits(x, weight, targets):
-    """F.cross_entropy(x @ weight.T, targets, ignore_index=-1) of x (B, T, C), by LinearCrossEntropy."""
-    return LinearCrossEntropy.apply(x.reshape(-1, x.size(-1)), weight, targets.view(-1), 128, torch.is_grad_enabled())
+    """F.cross_entropy(x @ weight.T, targets, ignore_index=-1) of x (B, T, C), by LinearCrossEntropy: chunks of 128
+    rows on a CPU (they stay in its caches), else of ~2^28 logits (1 GiB in float32) each."""
+    chunk_size = 128 if x.device.type == "cpu" else max(128, 2 ** 28 // weight.size(0))
+    return LinearCrossEntropy.apply(x.reshape(-1, x.size(-1)), weight, targets.reshape(-1), chunk_size,
+                                    torch.is_grad_enabled())
 
 
-def logits_needed(config, device_type):
-    """Whether training takes its loss from the (B, T, vocab) logits, or (False) from LinearCrossEntropy, which
-    never holds them: that pays only on a CPU with a large vocabulary (measured: 50257 yes, 256 no)."""
-    return device_type != "cpu" or config.vocab_size < 8192
+def logits_needed(config, device_type, rows=None):
+    """Whether training takes its loss from the (B, T, vocab) logits, or (False) from LinearCrossEntropy, which never
+    holds them: on a CPU with a large vocabulary (it pays there: measured, 50257 yes, 256 no), and wherever a
+    micro-batch's rows (B x T) would make float32 logits of more than 2^28 numbers (a 50 x 200 batch of GPT-2 tokens:
+    2 GB, and as much again for their gradient)."""
+    if device_type == "cpu":
+        return config.vocab_size < 8192
+    return rows is None or rows * config.vocab_size <= 2 ** 28
+
+
+def is_compiling():
+    """True while torch.compile traces the model: the compiler picks its own kernels, so no padding for them."""
+    return torch.compiler.is_compiling() if hasattr(torch.compiler, "is_compiling") else False
 
 # -----------------------------------------------------------------------------
 # The flags' checks

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from model import (EMBEDDING_LOSS_DEFAULTS, ENCODER_DECODER_DEFAULTS, Attention, ModelConfig, build_model,
-                   causal_attention, logits_needed, rotate)
+                   causal_attention, cross_entropy_without_logits, logits_needed, rotate)
 
 TINY = dict(vocab_size=37, context_size=12, n_embed=16, n_head=2, n_layer=2)
 
@@ -469,15 +469,60 @@ def test_loss_without_logits_equals_the_logits_path_in_value_and_gradient(varian
         torch.testing.assert_close(without["grads"][name], g, rtol=1e-4, atol=1e-7)
 
 
-def test_the_loss_skips_the_logits_only_on_a_cpu_with_a_large_vocabulary():
+def test_the_loss_skips_the_logits_on_a_cpu_with_a_large_vocabulary_and_wherever_they_would_be_large():
     assert not logits_needed(ModelConfig(vocab_size=50257), "cpu")
     assert logits_needed(ModelConfig(vocab_size=256), "cpu")
-    assert logits_needed(ModelConfig(vocab_size=50257), "cuda")
+    assert logits_needed(ModelConfig(vocab_size=50257), "cuda", 4 * 200)  # 40M float32 logits: 160 MB
+    assert not logits_needed(ModelConfig(vocab_size=50257), "cuda", 50 * 200)  # the write-up's micro-batch: 2 GB
 
 
-def gradients_of(model, idx, targets, return_logits):
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_loss_without_logits_equals_cross_entropy_under_autocast(dtype):
+    """The GPU's path on the CPU: the output layer's matmuls in dtype, the softmax in float32, as autocast does it."""
+    g = torch.Generator().manual_seed(0)
+    x, weight = torch.randn(300, 24, generator=g), torch.randn(50, 24, generator=g) * 0.3  # 300 rows: 3 chunks
+    targets = torch.randint(0, 50, (300,), generator=g).masked_fill(torch.arange(300) % 7 == 0, -1)
+    results = []
+    for loss_of in (lambda x, w: F.cross_entropy(x @ w.T, targets, ignore_index=-1),
+                    lambda x, w: cross_entropy_without_logits(x[None], w, targets[None])):
+        x_, w_ = x.clone().requires_grad_(), weight.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=dtype):
+            loss = loss_of(x_, w_)
+        loss.backward()
+        results.append((loss.float(), x_.grad, w_.grad))
+    for expected, got in zip(*results):
+        torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-4)
+
+
+def test_the_compiled_cumulative_average_is_the_cumulative_sum_over_the_position(monkeypatch):
+    import model
+    E = torch.randn(2, 7, 5, generator=torch.Generator().manual_seed(0))
+    expected = torch.stack([E[:, :i + 1].mean(dim=1) for i in range(7)], dim=1)
+    for compiling in (False, True):  # compiled: a matmul with the causal averaging weights, not a cumulative sum
+        monkeypatch.setattr(model, "is_compiling", lambda: compiling)
+        torch.testing.assert_close(model.cumulative_average(E), expected)
+
+
+def test_the_write_ups_odd_head_sizes_compile_to_the_eager_loss_and_gradients():
+    """torch.compile (inductor, here its CPU backend) of one training step under bfloat16 autocast, with every odd part:
+    heads of 15 (the write-up's cross-attention), rotary positions that leave a column, the embedding loss, and the
+    loss without logits; its loss and gradients equal the eager ones to bfloat16 rounding (each gradient as a whole: a
+    few of its elements, near 0, differ more)."""
+    torch._dynamo.reset()
+    model = tiny(n_embed=30, n_head=2, cross_n_head=2, rotary=True, n_layer=1).train()
+    idx, targets = tokens(B=2), tokens(B=2, seed=3)
+    runs = []
+    for forward in (model, torch.compile(model)):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            runs.append(gradients_of(model, idx, targets, return_logits=False, forward=forward))
+    assert runs[1]["loss"] == pytest.approx(runs[0]["loss"], rel=1e-2)
+    for name, g in runs[0]["grads"].items():
+        assert (runs[1]["grads"][name] - g).norm() <= 0.05 * g.norm(), name
+
+
+def gradients_of(model, idx, targets, return_logits, forward=None):
     model.zero_grad()
-    logits, loss, _ = model(idx, targets, return_logits=return_logits)
+    logits, loss, _ = (model if forward is None else forward)(idx, targets, return_logits=return_logits)
     loss.backward()
     return dict(logits=logits, loss=loss.item(), grads={n: p.grad.clone() for n, p in model.named_parameters()})
 

@@ -10,8 +10,9 @@ Train the auto-regressive encoder-decoder transformer, or the decoder-only basel
 The write-up is "Auto-regressive Encoder-Decoder Transformer" (Yan, 2024); its earlier draft is
 "Parallel Encoder-Decoder Transformer".
 
-Batches (and dropout masks) are a function of (seed, iteration, micro-step), so a resumed run and a
-DDP run log exactly the losses of one uninterrupted single-process run with the same global batch.
+Each optimizer step's sequences are a function of (seed, iteration): a resumed run, a DDP run and a run that
+splits the same step into other micro-batches (batch_size x gradient_accumulation_steps unchanged) train on the same
+sequences, and log the same losses (to float rounding; exactly, for the same split).
 """
 import atexit
 import dataclasses
@@ -29,8 +30,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import reversal
-from configurator import (configure, duration, fail, forward_seconds, machine_error, matmul_peak, pick_device,
-                          script_start, sync)
+from configurator import (compile_failure, configure, duration, fail, forward_seconds, machine_error, matmul_peak,
+                          pick_device, script_start, sync)
 from data import (append_log, check_dataset, check_same_data, checkpoint_log, embedding_norms, hold_folder,
                   load_checkpoint, make_folder, note_holder, prepare_hint, remove_empty_folders,
                   remove_stale_temporaries, split_losses, truncate_log, window_starts, write_atomic, write_error)
@@ -183,8 +184,12 @@ if ddp:
 else:
     rank, world_size = 0, 1
 if gradient_accumulation_steps % world_size:
+    steps = math.lcm(gradient_accumulation_steps, world_size)  # the same step of sequences in smaller micro-batches
+    same_step = (f", e.g. --batch_size={batch_size * gradient_accumulation_steps // steps} --gradient_accumulation_steps="
+                 f"{steps} (the same {batch_size * gradient_accumulation_steps} sequences per step)"
+                 if batch_size * gradient_accumulation_steps % steps == 0 else "")
     fail(f"gradient_accumulation_steps={gradient_accumulation_steps} must be divisible by the {world_size} "
-         f"processes; change one of them")
+         f"processes; change one of them{same_step}")
 my_micro_steps = list(range(rank, gradient_accumulation_steps, world_size))  # rank r of W: micro-steps r, r+W, ...
 
 
@@ -233,8 +238,9 @@ if dataset == "reversal":
         fail(f"context_size={context_size} is too short for reversal sequences of {block} tokens; "
              f"leave context_size unset")
 
-    def get_batch_cpu(split, rng):
-        return reversal.get_batch(train_sequences if split == "train" else held_out, batch_size, rng)
+    def get_batch_cpu(split, rng, size=batch_size, rows=slice(None)):
+        x, y = reversal.get_batch(train_sequences if split == "train" else held_out, size, rng)
+        return x[rows], y[rows]
 else:
     data_dir = os.path.join("data", dataset)
     if os.path.isdir(data_dir):  # held, shared with other runs, until the run ends: no preparation replaces it now
@@ -246,24 +252,33 @@ else:
     if checkpoint is not None:  # the same tokens and text as the run so far
         check_same_data(checkpoint, meta, dataset, training=True)
 
-    def get_batch_cpu(split, rng):
+    def get_batch_cpu(split, rng, size=batch_size, rows=slice(None)):
         data = np.memmap(os.path.join(data_dir, f"{split}.bin"), dtype=np.uint16, mode="r")  # reopened: no growth
-        ix = rng.integers(len(data) - block, size=batch_size)
+        ix = rng.integers(len(data) - block, size=size)[rows]
         x = torch.from_numpy(np.stack([data[i:i + block] for i in ix]).astype(np.int64))
         y = torch.from_numpy(np.stack([data[i + 1:i + 1 + block] for i in ix]).astype(np.int64))
         return x, y
 
 
-def get_batch(split, rng):
-    x, y = get_batch_cpu(split, rng)
+def get_batch(split, rng, size=batch_size, rows=slice(None)):
+    """(x, y) on the device: rows `rows` of `size` sequences drawn by rng."""
+    x, y = get_batch_cpu(split, rng, size, rows)
     if device_type == "cuda":
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
     return x.to(device), y.to(device)
 
 
-def batch_rng(it, micro_step):
-    """Micro-batch `micro_step` of iteration `it` is the same whatever the process count and restarts."""
-    return np.random.default_rng([seed, 0, it, micro_step])
+def train_batch(it, micro_step):
+    """Micro-batch `micro_step` of iteration `it`: its rows of the step's batch_size x gradient_accumulation_steps
+    sequences, drawn from (seed, it) alone; whatever the micro-batch size, process count and restarts."""
+    rows = slice(micro_step * batch_size, (micro_step + 1) * batch_size)
+    rng = np.random.default_rng([seed, 0, it, 0])
+    rng.integers(2 ** 62)  # micro-step 0's dropout seed comes first: with one micro-step, the batches of earlier runs
+    return get_batch("train", rng, batch_size * gradient_accumulation_steps, rows)
+
+
+def dropout_seed(it, micro_step):
+    return int(np.random.default_rng([seed, 0, it, micro_step]).integers(2 ** 62))
 
 
 def eval_rng(split, k):
@@ -319,11 +334,49 @@ if checkpoint is not None:
     if device_type in ("cuda", "mps") and checkpoint["rng"].get(device_type) is not None:
         getattr(torch, device_type).set_rng_state(checkpoint["rng"][device_type].cpu())
     checkpoint = None  # free the memory
-return_logits = logits_needed(config, device_type)
-model = torch.compile(raw_model) if compile else raw_model
+return_logits = logits_needed(config, device_type, batch_size * block)
+
+
+def wrap(model):
+    """The model that trains: under DDP, wrapped to average the gradients over the processes."""
+    return DDP(model, device_ids=[int(os.environ["LOCAL_RANK"])] if device_type == "cuda" else None) if ddp else model
+
+
+def compile_error(compiled):
+    """One training step's forward and backward (twice: CUDA graphs record on the second) and one evaluation pass of
+    the compiled model, before the run starts: the error where this torch release cannot compile it, else None."""
+    try:
+        x, y = train_batch(0, 0)
+        for _ in range(2):  # without DDP's wrapper (no gradient exchange): DDP compiles its own graphs later
+            with autocast:
+                loss = compiled(x, y, return_logits=return_logits)[1]
+            loss.backward()
+        with torch.no_grad(), autocast:
+            compiled.eval()(x, y, return_logits=return_logits)
+        error = None
+    except Exception as e:  # a compiler's error can be of any class
+        if (machine_error(e, "") or "").startswith("out of memory"):
+            raise
+        error = e
+    compiled.train()
+    raw_model.zero_grad(set_to_none=True)
+    return error
+
+
+model = raw_model
+if compile:
+    # Training shapes never change: on one GPU, "reduce-overhead" replays each step as CUDA graphs, one launch instead
+    # of hundreds (what bounds small models); under DDP, and on a CPU (no CUDA graphs), the default mode.
+    model = torch.compile(raw_model, mode="reduce-overhead" if device_type == "cuda" and not ddp else None)
+    error = compile_error(model)
+    if all_sum(error is not None):  # every process goes on uncompiled if one could not compile
+        model = raw_model
+        if master:
+            print("warning: " + (compile_failure(error, "training without it (--compile=False skips the attempt)")
+                                 if error else "torch.compile failed in another process; training without it"),
+                  file=sys.stderr, flush=True)
 eval_model = model
-if ddp:
-    model = DDP(model, device_ids=[int(os.environ["LOCAL_RANK"])] if device_type == "cuda" else None)
+model = wrap(model)
 
 
 def stop_write_failed(path, error, size=None):
@@ -428,6 +481,12 @@ def mfu(tokens_per_sec):
     return flops_per_token * tokens_per_sec / world_size / peak_flops
 
 
+def percent(fraction):
+    """At least two significant digits: 45%, 5.2%, 0.031% (a tiny model on a GPU is not 0.0%)."""
+    p = 100 * fraction
+    return f"{p:.{max(0, 1 - math.floor(math.log10(p)))}f}%" if p > 0 else "0%"
+
+
 with stop_together():
     if master:
         if wandb_log:  # now that every check has passed: a run that stops on its own checks leaves no W&B run
@@ -505,9 +564,9 @@ while True:
         break
 
     for micro_step in my_micro_steps:
-        rng = batch_rng(iter_num, micro_step)
-        torch.manual_seed(int(rng.integers(2 ** 62)))  # dropout masks, like the batch, depend on (seed, it, micro_step)
-        x, y = get_batch("train", rng)
+        if config.dropout:  # its masks, the only random draws of a step, depend on (seed, it, micro_step) only
+            torch.manual_seed(dropout_seed(iter_num, micro_step))  # (not free: it seeds every device's generator)
+        x, y = train_batch(iter_num, micro_step)
         # gradients are all-reduced (averaged over processes) only after the last micro-step
         with model.no_sync() if ddp and micro_step != my_micro_steps[-1] else nullcontext():
             with autocast:
@@ -536,7 +595,7 @@ while True:
         busy = " (above 100%: the CPU was busy while its peak was timed)" if utilization > 1 else ""
         print(f"iter {iter_num}: loss {terms['ce'].item():.4f}{embedding}, grad norm {grad_norm.item():.3f}{scale}, "
               f"lr {lr:.2e}, {iter_seconds * 1000:.0f} ms/iter, {tokens_per_sec:,.0f} tokens/s, "
-              f"mfu {utilization:.1%}{busy}, "
+              f"mfu {percent(utilization)}{busy}, "
               f"ETA {duration((max_iters - iter_num) * iter_seconds + evals_left(iter_num) * eval_seconds)}",
               flush=True)
         last_print = time.time()

@@ -10,7 +10,7 @@ import os
 import pytest
 import torch
 
-from configurator import fail, pick_device, read_config
+from configurator import fail, machine_error, pick_device, read_config
 from conftest import ROOT, assert_one_line_error, config_files, config_path, log, run, train
 from model import ModelConfig
 
@@ -147,3 +147,15 @@ def test_a_device_asked_for_but_not_present_is_one_line_error(monkeypatch, devic
     with pytest.raises(SystemExit) as error:
         pick_device(device, dtype)
     assert_one_line_error(str(error.value.code), *fragments)
+
+
+@pytest.mark.parametrize("detail, no_compiler", [
+    ("TypeError: list indices must be integers or slices, not NoneType", False),  # torch 2.11's, on one GPU
+    ("InvalidCxxCompiler: No working C++ compiler found in torch._inductor.config.cpp.cxx", True)])
+def test_an_error_of_any_class_from_the_compiler_is_one_line_naming_compile_false(detail, no_compiler):
+    """Whatever the torch release calls it: an error raised from torch._dynamo or torch._inductor is a compile error."""
+    error = type("InductorError", (RuntimeError,), {"__module__": "torch._inductor.exc"})(detail)
+    line = machine_error(error, "--batch_size")
+    assert line.startswith(f"torch.compile could not build the model (InductorError: {detail}); use --compile=False")
+    assert ("install a C++ compiler" in line) == no_compiler
+    assert machine_error(RuntimeError(detail), "--batch_size") is None  # the same words from elsewhere: not the machine
