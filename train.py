@@ -273,7 +273,7 @@ def train_batch(it, micro_step):
     sequences, drawn from (seed, it) alone; whatever the micro-batch size, process count and restarts."""
     rows = slice(micro_step * batch_size, (micro_step + 1) * batch_size)
     rng = np.random.default_rng([seed, 0, it, 0])
-    rng.integers(2 ** 62)  # micro-step 0's dropout seed comes first: with one micro-step, the batches of earlier runs
+    rng.integers(2 ** 62)  # micro-step 0's dropout seed (dropout_seed) is drawn first, then the step's sequences
     return get_batch("train", rng, batch_size * gradient_accumulation_steps, rows)
 
 
