@@ -401,6 +401,16 @@ def note_holder(folder, command, shared=False):
 _held = {}  # the folders this process holds (real paths) and the file descriptors of their locks
 
 
+def release_folder(folder):
+    """Let go of a folder this process holds alone, and of its note: for a caller that goes on after its work there
+    (prepare_wikipedia.main called from Python, then a run that trains on what it wrote)."""
+    fd = _held.pop(os.path.realpath(folder), None)
+    if fd is not None:
+        os.close(fd)  # the lock goes with its descriptor
+    if os.path.exists(os.path.join(folder, ".lock")):
+        os.remove(os.path.join(folder, ".lock"))
+
+
 def read_log(path):
     """The records of a run's log.jsonl (one JSON object per evaluation) and whether its last line was torn, cut
     short by a crash or a full disk, and left out; a broken line before the last stops with one line naming it."""

@@ -37,7 +37,7 @@ import urllib3
 
 from configurator import add_flag, argument_parser, fail, on_ctrl_c
 from data import (get_tokenizer, hold_folder, make_folder, normalise_newlines, note_holder, read_text,
-                  remove_empty_folders, remove_stale_temporaries, split_wikitext, write_atomic)
+                  release_folder, remove_empty_folders, remove_stale_temporaries, split_wikitext, write_atomic)
 
 # Wikimedia asks API clients for a User-Agent naming the tool, its purpose and a contact
 USER_AGENT = (f"autoregressive-encoder-decoder-transformer/0.1 (prepare_wikipedia.py: builds a small "
@@ -701,8 +701,7 @@ def main(argv=None):
           f"val {meta['val_tokens']:,} tokens ({meta['val_articles']} articles), "
           f"{args.tokenizer} tokenizer (vocab {meta['vocab_size']:,}{' compacted' * args.compact_vocab}), "
           f"{time.time() - t0:.1f}s")
-    if os.path.exists(os.path.join(out, ".lock")):  # done: the note of who holds it goes now, not at the exit
-        os.remove(os.path.join(out, ".lock"))
+    release_folder(out)  # done: a run may train on it now, even from this process's caller
 
 
 if __name__ == "__main__":
