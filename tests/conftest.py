@@ -15,6 +15,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -41,6 +42,15 @@ def config_path(name):
     """config/<name>.py, or lab/config/<name>.py for a config only the studies use."""
     path = os.path.join(ROOT, "config", f"{name}.py")
     return path if os.path.exists(path) else os.path.join(ROOT, "lab", "config", f"{name}.py")
+
+
+def stops_at_their_defaults(ignored=()):
+    """A Popen preexec_fn: the child starts with SIGINT, SIGTERM and SIGHUP as a terminal starts it, whatever the test
+    run inherited (a CI job started with nohup ignores SIGHUP, and its children with it), then `ignored` ignored."""
+    def preexec():
+        for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+            signal.signal(getattr(signal, name), signal.SIG_IGN if name in ignored else signal.SIG_DFL)
+    return preexec
 
 
 def run(script, *args, cwd, check=True, timeout=300, env=None):

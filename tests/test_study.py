@@ -21,7 +21,8 @@ import data
 import prepare_wikipedia as pw
 from lab import study
 from configurator import read_config
-from conftest import ASCII_WORDS, ENV, ROOT, assert_interrupted, assert_one_line_error, run, word_articles
+from conftest import (ASCII_WORDS, ENV, ROOT, assert_interrupted, assert_one_line_error, run, stops_at_their_defaults,
+                      word_articles)
 from model import ModelConfig, build_model
 
 
@@ -592,7 +593,8 @@ def test_ctrl_c_or_a_stop_signal_stops_the_study_and_its_runs_keeps_what_ran_and
             "real = subprocess.Popen\n"
             f"study.subprocess.Popen = lambda cmd, **kw: real([sys.executable, '-c', {child!r}], **kw)\n"
             f"study.run_all('gpt2', {str(tmp_path)!r}, [('baseline', seed) for seed in range(5)], 10, 2)\n")
-    process = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=ENV, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=ENV, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=stops_at_their_defaults())
     started = 0
     while started < 2:  # train.py's stand-ins, two at a time, say they started: no waiting on a clock
         with open(fifo) as f:
@@ -622,7 +624,7 @@ def stopped_study(tmp_path, stand_in, ignored=(), stop="SIGTERM", lines=()):
             f"study.subprocess.Popen = lambda cmd, **kw: real([sys.executable, '-c', {child!r}], **kw)\n"
             f"study.run_all('gpt2', {str(tmp_path)!r}, [('baseline', seed) for seed in range(5)], 10, 2)\n")
     process = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=ENV, stderr=subprocess.PIPE, text=True,
-                               preexec_fn=lambda: [signal.signal(getattr(signal, s), signal.SIG_IGN) for s in ignored])
+                               preexec_fn=stops_at_their_defaults(ignored))
     pids = []
     try:
         while len(pids) < 2:  # the two stand-ins say they started: no waiting on a clock

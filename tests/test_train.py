@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from conftest import (ENV, ROOT, TINY, assert_interrupted, assert_one_line_error, copy_run, fill, interrupted_at,
-                      killed_write, log, raising_at, run, train)
+                      killed_write, log, raising_at, run, stops_at_their_defaults, train)
 
 
 
@@ -575,13 +575,16 @@ def test_resume_on_text_prepared_again_is_refused(workdir, tmp_path):
 def test_ctrl_c_or_a_stop_signal_says_where_the_last_checkpoint_is(workdir, stop):
     process = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *TINY, f"--out_dir=out_{stop}",
                                 "--max_iters=1000000", "--eval_interval=1000"], cwd=workdir,
-                               env={**ENV, "PYTHONUNBUFFERED": "1"},
+                               env={**ENV, "PYTHONUNBUFFERED": "1"}, preexec_fn=stops_at_their_defaults(),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in process.stdout:  # iteration lines come after eval 0 has saved its checkpoint
-        if line.startswith("iter "):
-            break
-    process.send_signal(getattr(signal, stop))
-    _, stderr = process.communicate(timeout=60)
+    try:
+        for line in process.stdout:  # iteration lines come after eval 0 has saved its checkpoint
+            if line.startswith("iter "):
+                break
+        process.send_signal(getattr(signal, stop))
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()  # a run that missed its stop does not outlive the test (it would train a million steps)
     assert process.returncode != 0
     assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
     assert "interrupted at iteration" in stderr and f"out_{stop}/ckpt.pt (iteration 0)" in stderr
@@ -621,7 +624,7 @@ def test_a_signal_ignored_where_the_run_started_as_nohup_ignores_a_hang_up_stays
                                 "--n_embed=16", "--n_head=2", "--max_iters=1000000", "--log_interval=1",
                                 "--device=cpu", "--out_dir=out"], cwd=tmp_path, env={**ENV, "PYTHONUNBUFFERED": "1"},
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               preexec_fn=lambda: signal.signal(ignore, signal.SIG_IGN))
+                               preexec_fn=stops_at_their_defaults([ignored]))
     try:
         lines = output_lines(process)
         wait_for(lines, "iter 1:")
