@@ -65,7 +65,7 @@ class Trainer:
         self.ctx = torch.autocast(device_type, dtype=dtype) if autocast else contextlib.nullcontext()
         self.scaler = torch.amp.GradScaler(device_type, enabled=dtype == torch.float16)  # as train.py
         self.device, self.accumulation, self.hf = device, accumulation, hf
-        self.return_logits = logits_needed(config, device_type)  # as train.py: the fused loss where it pays
+        self.return_logits = logits_needed(config, device_type, batch_size * config.context_size)  # as train.py
 
     def loss(self):
         if self.hf:  # it shifts the labels itself: inputs as labels, the same next-token task
