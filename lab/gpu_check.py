@@ -9,6 +9,8 @@ Its steps, each in a process of its own with its own time limit (output: gpu_che
   train <variant> <dtype> <eager|compiled>  a few optimizer steps of config/paper_<variant>.py, bfloat16 and float16
   resume float16      the reversal task trained N steps straight, and N/2 then resumed: the same losses, exactly
   ddp torchrun        torchrun with DDP on one GPU: the losses of one plain process
+  accumulation compiled  the encoder-decoder's step compiled at 1 x 32 sequences (CUDA graphs) and at 4 x 8
+                      (gradient accumulation): the gradient norms of the eager 1 x 32 step
   sample compiled     sample.py --compile against sample.py: the same tokens
   race train          lab.bench --train_only --compile: tokens/s against Hugging Face's GPT-2, MFU of the
                       write-up's optimizer step
@@ -181,6 +183,21 @@ def steps(args, python):
         [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", *train[1:], *plain,
          "--out_dir=runs/ddp"]], 240, ddp_losses))
 
+    # compiled training with gradient accumulation: CUDA graphs can hand a micro-step gradients that the next replay
+    # overwrites (train.py uses them without accumulation only); the same step at 1 x 32, eager and compiled, and 4 x 8
+    runs = {"eager_1x32": (False, 1), "compiled_1x32": (True, 1), "compiled_4x8": (True, 4)}  # compile, micro-steps
+    accumulation = {name: os.path.join(args.out, "runs", name, "log.jsonl") for name in runs}
+
+    def same_steps(outputs):
+        return compare_steps({name: read_log(path) for name, path in accumulation.items()}, "eager_1x32")
+    step = train + ["--dataset=gpu_check", f"--device={device}", "--overwrite=True", "--variant=encdec",
+                    "--embedding_loss=mse", "--n_layer=2", "--n_embed=64", "--n_head=4", "--context_size=64",
+                    "--dtype=float32", "--max_iters=4", "--eval_interval=1", "--eval_iters=1"]
+    side_by_side.append(Step("accumulation compiled", [
+        step + [f"--out_dir=runs/{name}", f"--compile={compiled}", f"--batch_size={32 // micro_steps}",
+                f"--gradient_accumulation_steps={micro_steps}"] for name, (compiled, micro_steps) in runs.items()],
+        300, same_steps))
+
     def same_samples(outputs):
         eager, compiled = (open(path).read() for path in outputs[1:])
         if eager != compiled:
@@ -218,6 +235,25 @@ def steps(args, python):
                              + (["--decode_prompt=4", "--decode_tokens=4"] if tiny else ["--decode_tokens=100"])],
              300, decode_race)]
     return side_by_side, alone
+
+
+def compare_steps(logs, reference, rtol=1e-2):
+    """(ok or FAIL, figure) of runs that took the same optimizer steps in other ways ({name: log records}): the
+    gradient norm of each step equals the reference's to rtol (float32; TF32 matmuls and summation order differ), so
+    the weights went the same way. A lost micro-step's gradient is off by far more: a quarter of the sum, or all of
+    it. (Not the logged losses: an evaluation batch is batch_size sequences, so the 4 x 8 run evaluates others.)"""
+    def figures(records):
+        return np.array([r["grad_norm"] for r in records[1:]], dtype=float)
+    worst = 0.0
+    for name, records in logs.items():
+        a, b = figures(logs[reference]), figures(records)
+        if a.shape != b.shape:
+            return "FAIL", f"{name} logged {len(b)} evaluations, {reference} {len(a)}"
+        difference = float(np.max(np.abs(b - a) / np.abs(a)))
+        if not difference <= rtol:
+            return "FAIL", f"{name}'s gradient norms differ from {reference}'s by {difference:.1%}"
+        worst = max(worst, difference)
+    return "ok", f"{', '.join(n for n in logs if n != reference)} as {reference} (within {worst:.1e})"
 
 
 def target_figure(targets):

@@ -80,3 +80,28 @@ def test_checks_read_the_figures_and_fail_a_resume_whose_losses_differ(tmp_path)
             json.dumps({"iter": 40, "train_loss": loss, "val_loss": 2.7}) + "\n")
     status, figure = steps["resume float16"].check([])
     assert status == "FAIL" and "resumed losses differ" in figure
+
+
+def test_accumulation_check_fails_a_compiled_step_that_lost_a_micro_steps_gradient(tmp_path):
+    args = argparse.Namespace(device="cuda", tiny=False, out=str(tmp_path))
+    steps = {s.name: s for group in gpu_check.steps(args, sys.executable) for s in group}
+    [eager, graphs, accumulated] = steps["accumulation compiled"].commands
+    assert "--compile=False" in eager and "--batch_size=32" in eager and "--gradient_accumulation_steps=1" in eager
+    assert "--compile=True" in graphs and "--batch_size=32" in graphs
+    assert "--compile=True" in accumulated and "--batch_size=8" in accumulated
+    assert "--gradient_accumulation_steps=4" in accumulated
+
+    def write(name, grad_norms):
+        os.makedirs(tmp_path / "runs" / name, exist_ok=True)
+        records = [dict(iter=0, train_loss=2.5, val_loss=2.6, grad_norm=None)] + [
+            dict(iter=2 * (i + 1), train_loss=2.4 - i / 10, val_loss=2.5 - i / 10, grad_norm=g)
+            for i, g in enumerate(grad_norms)]
+        (tmp_path / "runs" / name / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    write("eager_1x32", [1.0, 0.8])
+    write("compiled_1x32", [1.0005, 0.8])  # float32 summed in another order
+    write("compiled_4x8", [1.0, 0.8 * 1.002])
+    assert steps["accumulation compiled"].check([]) == (
+        "ok", "compiled_1x32, compiled_4x8 as eager_1x32 (within 2.0e-03)")
+    write("compiled_4x8", [1.0, 0.2])  # the gradients of one micro-step of four
+    status, figure = steps["accumulation compiled"].check([])
+    assert (status, figure) == ("FAIL", "compiled_4x8's gradient norms differ from eager_1x32's by 75.0%")
