@@ -526,7 +526,7 @@ def test_only_the_temporary_files_of_a_killed_write_are_removed_at_the_next_star
 
 def test_a_second_process_in_the_same_out_dir_is_refused_saying_who_holds_it_until_the_first_dies(workdir):
     first = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *TINY, "--out_dir=out_held",
-                              "--max_iters=1000000", "--eval_interval=1000"], cwd=workdir,
+                              "--max_iters=1000000", "--eval_interval=1000000"], cwd=workdir,  # its checkpoint: 0
                              env={**ENV, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, text=True)
     for line in first.stdout:  # it holds the folder once it trains
         if line.startswith("iter "):
@@ -537,7 +537,7 @@ def test_a_second_process_in_the_same_out_dir_is_refused_saying_who_holds_it_unt
     assert_one_line_error(resumed, "out_held is in use by pid")
     first.kill()  # kill -9: the lock goes with the process
     first.wait()
-    train(workdir, "out_held", "--init_from=resume", "--max_iters=1002")
+    train(workdir, "out_held", "--init_from=resume", "--max_iters=2")
 
 
 @pytest.mark.parametrize("where, fragment", [
@@ -574,7 +574,7 @@ def test_resume_on_text_prepared_again_is_refused(workdir, tmp_path):
 @pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM", "SIGHUP"])  # Ctrl-C; Colab, docker, Kubernetes; a hang-up
 def test_ctrl_c_or_a_stop_signal_says_where_the_last_checkpoint_is(workdir, stop):
     process = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *TINY, f"--out_dir=out_{stop}",
-                                "--max_iters=1000000", "--eval_interval=1000"], cwd=workdir,
+                                "--max_iters=1000000", "--eval_interval=1000000"], cwd=workdir,  # its checkpoint: 0
                                env={**ENV, "PYTHONUNBUFFERED": "1"}, preexec_fn=stops_at_their_defaults(),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
