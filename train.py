@@ -82,7 +82,7 @@ always_save_checkpoint = True  # False: save only when the val loss improves
 seed = 1337  # random seed of the initial weights, batches and dropout
 device = "auto"  # auto (cuda, then mps, then cpu) | cpu | cuda | cuda:N | mps
 dtype = "auto"  # auto (CUDA: bfloat16 where the GPU has it, else float16; else float32) | float32 | bfloat16 | float16
-compile = False  # torch.compile the model
+compile = False  # torch.compile the model; on one GPU with one micro-batch per step, replayed as CUDA graphs
 wandb_log = False  # also log each evaluation to Weights & Biases (pip install wandb; WANDB_MODE=offline: no account)
 wandb_project = "ar-encoder-decoder"  # its Weights & Biases project
 wandb_run_name = ""  # its run name; "" means out_dir
