@@ -368,7 +368,8 @@ if compile:
     # Training shapes never change: on one GPU, "reduce-overhead" replays each step as CUDA graphs, one launch instead
     # of hundreds (what bounds small models). Not with gradient accumulation: a replay writes its gradients into the
     # buffers of the last one, which .grad may still hold, so a sum over micro-steps can lose terms silently
-    # (PyTorch issue 96693) or stop with an error (169545). Under DDP, with accumulation and on a CPU (no CUDA graphs): the default mode.
+    # (PyTorch issue 96693) or stop with an error (169545). Under DDP, with accumulation and on a CPU (no CUDA
+    # graphs): the default mode.
     cuda_graphs = device_type == "cuda" and not ddp and gradient_accumulation_steps == 1
     model = torch.compile(raw_model, mode="reduce-overhead" if cuda_graphs else None)
     error = compile_error(model)
