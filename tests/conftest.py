@@ -53,6 +53,15 @@ def stops_at_their_defaults(ignored=()):
     return preexec
 
 
+@pytest.fixture
+def ctrl_c_works():
+    """For a test that presses Ctrl-C in its own process: SIGINT raises KeyboardInterrupt, whatever the test run
+    inherited (a job started in the background ignores SIGINT), and is set back as it was afterwards."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def run(script, *args, cwd, check=True, timeout=300, env=None):
     """Run ROOT/script with args in cwd; check: it must succeed. env: variables added to ENV."""
     result = subprocess.run([sys.executable, os.path.join(ROOT, script), *args], cwd=cwd, env={**ENV, **(env or {})},

@@ -672,7 +672,7 @@ def printed_commands(text):
     return [shlex.split(command)[3:] for command in re.findall(r"`(python -m lab\.study [^`]*)`", text)]
 
 
-def test_every_command_a_study_prints_goes_on_with_that_study(tmp_path, monkeypatch, capsys):
+def test_every_command_a_study_prints_goes_on_with_that_study(tmp_path, monkeypatch, capsys, ctrl_c_works):
     """After Ctrl-C, when every run is done, when none is: the command the study prints trains or tables the same
     runs, in the same --results folder, with the same steps, seeds and train.py settings."""
     options = [f"--results={tmp_path / 'my study'}", "--max_iters=3", "--seeds=2", "--jobs=1", "--n_layer=1"]
