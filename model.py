@@ -434,9 +434,10 @@ def fast_decoding(model, compile, idx):
     autocast = torch.is_autocast_enabled(idx.device.type) and torch.get_autocast_dtype(idx.device.type)
     key = (idx.size(0), str(idx.device), autocast, lm_head_t.dtype)
     kept = model.__dict__.get("decoding_buffers")
-    if kept is None or kept["key"] != key:  # cache: filled by generate's first (eager) step; static: marked yet?
-        kept = model.__dict__["decoding_buffers"] = dict(key=key, lm_head_t=lm_head_t, cache={}, static=[])
-    kept["lm_head_t"].copy_(lm_head_t)  # the weights of now, at the address the graph reads
+    if kept is None or kept["key"] != key:  # cache: filled by generate's first (eager) step
+        kept = model.__dict__["decoding_buffers"] = dict(key=key, lm_head_t=lm_head_t, cache={}, marked=False)
+    else:
+        kept["lm_head_t"].copy_(lm_head_t)  # the weights of now, at the address the graph reads
 
     def new_cache():
         if kept["cache"]:
@@ -444,10 +445,10 @@ def fast_decoding(model, compile, idx):
         return kept["cache"]
 
     def one_token_step(idx_next, cache, lm_head_t):
-        if not kept["static"]:  # tensors the graph may write in place, and reads without a copy each call
+        if not kept["marked"]:  # tensors the graph may write in place, and reads without a copy each call
             for t in (lm_head_t, cache["length"], *cache["kv"].values()):
                 torch._dynamo.mark_static_address(t)
-            kept["static"].append(True)
+            kept["marked"] = True
         if cuda:
             torch.compiler.cudagraph_mark_step_begin()  # the last step's logits are used: its buffers may be reused
         return step(idx_next, cache, lm_head_t)
