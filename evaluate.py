@@ -1,29 +1,32 @@
-"""
+r"""
 The loss of a trained model over a whole text: every token once, the same figure on every run.
 
     python evaluate.py --out_dir=out/wikitext2_valid_gpt2c                 # the run's own val split
     python evaluate.py --out_dir=out/wikitext2_valid_gpt2c --split=train
-    python evaluate.py --out_dir=out/wikitext2_valid_gpt2c --input=my.txt  # any text, with the run's tokenizer
-    python evaluate.py --out_dir=out/reversal                              # reversal: held-out accuracy
+    python evaluate.py --out_dir=out/wikitext2_valid_gpt2c --input=my.txt  # any text, its tokenizer
+    python evaluate.py --out_dir=out/reversal                  # a generated task: held-out accuracy
 
---input is read as prepare_wikipedia.py reads a text file: UTF-8 text, its line endings as \n; anything else (a NUL
-byte, as in a .bin token file, or bytes that are not UTF-8) is refused, not scored.
+--input is read as prepare_wikipedia.py reads a text file: UTF-8 text, its line endings as \n;
+anything else (a NUL byte, as in a .bin token file, or bytes that are not UTF-8) is refused, not
+scored.
 
-The run's folder is all it needs for --input (the checkpoint carries the tokenizer); its own splits are read from
-data/<dataset>/ in the working folder, else beside the run's folder or in a folder above it (where it was trained),
-else in the repository's folder. A reversal run is scored as train.py scores it: the share of its held-out sequences
-(--split=train: of those it trained on) that greedy decoding reverses exactly. With a compact vocabulary (the GPT-2
-configs), tokens that never occur in the training text have no id: they are left out of the text and counted
-("tokens_outside_vocab"), as the training log's val_loss_seen_ids leaves out the val tokens whose id never occurs
-in train.bin.
+The run's folder is all it needs for --input (the checkpoint carries the tokenizer); its own splits
+are read from data/<dataset>/ in the working folder, else beside the run's folder or in a folder
+above it (where it was trained), else in the repository's folder. A run on a generated task is scored
+as train.py scores it: the share of its held-out sequences (--split=train: of those it trained on)
+that greedy decoding answers exactly. With a compact vocabulary (the GPT-2 configs), tokens that never
+occur in the training text have no id: they are left out of the text and counted
+("tokens_outside_vocab"), as the training log's val_loss_seen_ids leaves out the val tokens whose id
+never occurs in train.bin.
 
-The tokens are cut into non-overlapping windows of context_size + 1 tokens that share their edge token:
-window k reads tokens [kT, kT + T) and predicts tokens kT + 1 .. kT + T, so every token but the first is
-predicted exactly once (the last window may be shorter). Each window starts with an empty context, so the
-figure is a little above what a sliding window would give, and it does not depend on the batch size.
+The tokens are cut into non-overlapping windows of context_size + 1 tokens that share their edge
+token: window k reads tokens [kT, kT + T) and predicts tokens kT + 1 .. kT + T, so every token but
+the first is predicted exactly once (the last window may be shorter). Each window starts with an
+empty context, so the figure is a little above what a sliding window would give, and it does not
+depend on the batch size.
 
-Bits per byte = total nats / UTF-8 bytes of the predicted tokens / ln 2, with an end-of-text counted as one
-byte: it compares models with different tokenizers (for byte tokens it is the loss / ln 2).
+Bits per byte = total nats / UTF-8 bytes of the predicted tokens / ln 2, with an end-of-text counted
+as one byte: it compares models with different tokenizers (for byte tokens it is the loss / ln 2).
 """
 import json
 import math
@@ -35,10 +38,106 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 
-import reversal
-from configurator import add_flag, argument_parser, fail, on_ctrl_c, pick_device
-from data import (check_same_data, find_dataset, get_tokenizer, gpt2_encoding, load_checkpoint, prepare_hint,
-                  read_text, split_wikitext, trained_meta, window_losses, window_starts)
+from configurator import add_flag, argument_parser
+from data import find_dataset, generated_task, get_tokenizer, gpt2_encoding, prepare_hint
+from data import read_text, split_wikitext
+from machinery.hardware import pick_device
+from machinery.process import fail, on_ctrl_c
+from machinery.run_files import check_same_data, load_checkpoint, trained_meta
+
+# -----------------------------------------------------------------------------
+# scoring a model on token files: every target once, in windows (this script, and train.py with
+# eval_iters=0)
+
+
+def window_starts(n_tokens, block):
+    """Start of each window over n_tokens tokens: every token but the first is a target exactly
+    once."""
+    return list(range(0, n_tokens - 1, block))
+
+
+def row_losses(h, weight, targets, rows=256):
+    """Cross-entropy of each row of the logits h @ weight.T, computed in float32 and returned in
+    float64: `rows` rows at a time into one reused buffer, so the (N, vocab) logits never exist at
+    once (~3x faster on a CPU than F.cross_entropy over a batch's logits, whose memory traffic
+    dominates with a large vocabulary) and nothing big is allocated per chunk (chunks of a few MB,
+    freed and taken again, let a CPU process's heap grow without bound)."""
+    weight = weight.float()
+    losses = torch.empty(len(h), dtype=torch.float64, device=h.device)
+    buffer = torch.empty(min(rows, len(h)), weight.size(0), device=h.device)
+    for r in range(0, len(h), rows):
+        chunk = h[r:r + rows]
+        logits = torch.mm(chunk.float(), weight.T, out=buffer[:len(chunk)])  # (rows, vocab)
+        # cross-entropy = m + log sum_j exp(logit_j - m) - logit_target, with m the largest logit
+        target_logits = logits.gather(1, targets[r:r + rows, None])[:, 0]
+        m = logits.amax(dim=1)
+        losses[r:r + rows] = m + logits.sub_(m[:, None]).exp_().sum(dim=1).log() - target_logits
+    return losses
+
+
+@torch.no_grad()
+def window_losses(model, tokens, block, batch_size, device, starts=None, autocast=None,
+                  progress=None):
+    """Yields (targets, losses) of each batch of windows at `starts` (default: window_starts, so
+    every token of `tokens` but the first, in text order), as int64 and float64 arrays. The model is
+    in eval mode for the call (no dropout). Nothing is kept from batch to batch, so memory does not
+    grow with the length of the text."""
+    was_training = model.training
+    model.eval()
+    starts = window_starts(len(tokens), block) if starts is None else starts
+    lengths = [min(block, len(tokens) - 1 - s) for s in starts]
+    for i in range(0, len(starts), batch_size):
+        batch = list(zip(starts[i:i + batch_size], lengths[i:i + batch_size]))
+        # a shorter last window goes on its own
+        for T in sorted({n for _, n in batch}, reverse=True):
+            group = [s for s, n in batch if n == T]
+            x = np.stack([tokens[s:s + T] for s in group]).astype(np.int64)
+            y = np.stack([tokens[s + 1:s + 1 + T] for s in group]).astype(np.int64)
+            x = torch.from_numpy(x).to(device)
+            y = torch.from_numpy(y).to(device)
+            with autocast or torch.autocast(x.device.type, enabled=False):
+                h = model.hidden_states(x)[0].flatten(0, 1)  # (B*T, C)
+            rows = {} if x.device.type == "cpu" else {"rows": len(h)}  # a GPU: all rows at once
+            losses = row_losses(h, model.lm_head.weight, y.flatten(), **rows)
+            yield y.flatten().cpu().numpy(), losses.cpu().numpy()
+        if progress:
+            progress(min(i + batch_size, len(starts)), len(starts))
+    model.train(was_training)
+
+
+def token_losses(model, tokens, block, batch_size, device, starts=None, autocast=None):
+    """The cross-entropy of each target token of the windows at `starts`, in one float64 array
+    (short texts, tests)."""
+    batches = window_losses(model, tokens, block, batch_size, device, starts, autocast)
+    return np.concatenate([losses for _, losses in batches])
+
+
+def split_losses(model, data_dir, block, batch_size, device, autocast=None):
+    """{"train_loss", "val_loss", "val_loss_seen_ids"}: the mean loss over every token of val.bin
+    once, and over as many windows of train.bin spread evenly, 512 at most (train.py's evaluation
+    with eval_iters=0); val_loss_seen_ids leaves out the val tokens whose id never occurs in
+    train.bin (no model can learn them; their logits only fall)."""
+    val_tokens = np.memmap(os.path.join(data_dir, "val.bin"), dtype=np.uint16, mode="r")
+    train_tokens = np.memmap(os.path.join(data_dir, "train.bin"), dtype=np.uint16, mode="r")
+    # 512 x context_size: a precise enough mean
+    n_windows = min(512, len(window_starts(len(val_tokens), block)))
+    train_starts = np.linspace(0, len(train_tokens) - block - 1, n_windows).astype(int).tolist()
+    train = np.zeros(2)  # total loss, tokens
+    for _, losses in window_losses(model, train_tokens, block, batch_size, device, train_starts,
+                                   autocast):
+        train += losses.sum(), len(losses)
+    seen_ids = np.zeros(max(int(train_tokens.max()), int(val_tokens.max())) + 1, dtype=bool)
+    seen_ids[np.unique(train_tokens)] = True
+    val = np.zeros(4)  # total loss, tokens; the same over the targets whose id occurs in train.bin
+    for targets, losses in window_losses(model, val_tokens, block, batch_size, device, None,
+                                         autocast):
+        seen = seen_ids[targets]
+        val += losses.sum(), len(losses), losses[seen].sum(), seen.sum()
+    return {"train_loss": float(train[0] / train[1]), "val_loss": float(val[0] / val[1]),
+            "val_loss_seen_ids": float(val[2] / val[3])}
+
+# -----------------------------------------------------------------------------
+# the figures: loss, perplexity, bits per byte; a generated task's accuracy
 
 
 def token_byte_lengths(meta):
@@ -47,34 +146,35 @@ def token_byte_lengths(meta):
         return np.ones(meta["vocab_size"], dtype=np.int64)
     enc = gpt2_encoding()
     ids = meta.get("compact_vocab") or range(meta["vocab_size"])
-    return np.array([1 if i == enc.eot_token else len(enc.decode_single_token_bytes(i)) for i in ids], dtype=np.int64)
+    lengths = [1 if i == enc.eot_token else len(enc.decode_single_token_bytes(i)) for i in ids]
+    return np.array(lengths, dtype=np.int64)
 
 
 def summarize(losses, targets, byte_lengths, totals=None):
-    """Loss, perplexity and bits per byte of losses on targets; with totals (nats, tokens, bytes so far, a float64
-    array), add this batch to them and summarise everything so far."""
+    """Loss, perplexity and bits per byte of losses on targets; with totals (nats, tokens, bytes so
+    far, a float64 array), add this batch to them and summarise everything so far."""
     totals = np.zeros(3) if totals is None else totals
     totals += losses.sum(), len(losses), byte_lengths[targets].sum()
     nats, n, n_bytes = totals
     return {"loss": float(nats / n), "perplexity": math.exp(nats / n),
-            "bits_per_byte": float(nats / n_bytes / math.log(2)), "tokens": int(n), "bytes": int(n_bytes)}
+            "bits_per_byte": float(nats / n_bytes / math.log(2)), "tokens": int(n),
+            "bytes": int(n_bytes)}
 
 
-def reversal_accuracy(args, model, autocast):
-    """A reversal model's exact-sequence accuracy by greedy decoding, as train.py logs it (val_accuracy): on the
-    held-out sequences (--split=val) or on those it trained on (--split=train)."""
+def task_accuracy(args, task, dataset, model, autocast):
+    """A generated task's exact-answer accuracy by greedy decoding, as train.py logs it
+    (val_accuracy): on the held-out sequences (--split=val) or on those it trained on."""
     if args.input:
-        fail("a reversal model reads digit sequences, not text: leave out --input; it is scored on its held-out "
-             "sequences (--split=val) or on those it trained on (--split=train)")
-    train_sequences, held_out = reversal.split()
-    sequences = held_out if args.split == "val" else train_sequences
+        fail(f"a {dataset} model reads its task's sequences, not text: leave out --input; it is "
+             f"scored on its held-out sequences (--split=val) or on those it trained on "
+             f"(--split=train)")
     with autocast:
-        accuracy = reversal.accuracy(model, sequences, args.device)
-    n = sum(len(xs) for xs in sequences.values())
-    result = {"out_dir": args.out_dir, "source": f"reversal {'held-out' if args.split == 'val' else 'training'} "
-                                                 f"sequences", "accuracy": accuracy, "sequences": n}
-    print(f"{result['source']}: accuracy {accuracy:.2%} ({round(accuracy * n):,} of {n:,} reversed exactly, by "
-          f"greedy decoding)")
+        accuracy, n = task.score(model, args.split, args.device)
+    which = "held-out" if args.split == "val" else "training"
+    result = {"out_dir": args.out_dir, "source": f"{dataset} {which} sequences",
+              "accuracy": accuracy, "sequences": n}
+    print(f"{result['source']}: accuracy {accuracy:.2%} ({round(accuracy * n):,} of {n:,} answered "
+          f"exactly, by greedy decoding)")
     print(json.dumps(result))
     return result
 
@@ -83,16 +183,21 @@ def main(argv=None):
     parser = argument_parser(__doc__, "python evaluate.py")
     parser.add_argument("--out_dir", required=True, help="the training run's folder, holding ckpt.pt")
     parser.add_argument("--split", default="val", choices=("train", "val"),
-                        help="a split of the run's dataset, from data/<dataset>/ here, beside the run or above it "
-                             "(reversal: its held-out sequences, or those it trained on)")
+                        help="a split of the run's dataset, from data/<dataset>/ here, beside the "
+                             "run or above it (a generated task: its held-out sequences, or those "
+                             "it trained on)")
     parser.add_argument("--input", default=None,
-                        help="a text file to evaluate instead, tokenized as prepare_wikipedia.py would")
+                        help="a text file to evaluate instead, tokenized as prepare_wikipedia.py "
+                             "would")
     parser.add_argument("--batch_size", type=int, default=16,
                         help="windows per forward pass (the result does not depend on it)")
-    parser.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
-    parser.add_argument("--dtype", default="float32", help="float32 (the figure of record), bfloat16, float16 or auto "
-                                                           "(as train.py: faster on a GPU, a little less exact)")
-    add_flag(parser, "--compile", "torch.compile the model's forward pass (on a GPU, for long texts)")
+    parser.add_argument("--device", default="auto",
+                        help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
+    parser.add_argument("--dtype", default="float32",
+                        help="float32 (the figure of record), bfloat16, float16 or auto (as "
+                             "train.py: faster on a GPU, a little less exact)")
+    add_flag(parser, "--compile", "torch.compile the model's forward pass (on a GPU, for long "
+                                  "texts)")
     args = parser.parse_args(argv)
     if args.batch_size < 1:
         fail(f"--batch_size={args.batch_size}: use a positive number")
@@ -100,41 +205,52 @@ def main(argv=None):
 
     checkpoint, model = load_checkpoint(args.out_dir, args.device)
     dataset = checkpoint["train_config"]["dataset"]
-    autocast = nullcontext() if dtype == "float32" else torch.autocast(args.device.split(":")[0], getattr(torch, dtype))
-    if dataset == "reversal":
-        return reversal_accuracy(args, model, autocast)
+    autocast = nullcontext()
+    if dtype != "float32":
+        autocast = torch.autocast(args.device.split(":")[0], getattr(torch, dtype))
+    task = generated_task(dataset)
+    if task is not None:
+        return task_accuracy(args, task, dataset, model, autocast)
     data_dir = None if args.input else find_dataset(dataset, args.out_dir)
     meta = trained_meta(checkpoint, os.path.join(args.out_dir, "ckpt.pt"), data_dir)
     if args.compile:
         model.hidden_states = torch.compile(model.hidden_states)
 
     unknown = []  # the text's tokens outside a compact vocabulary
+    hint = prepare_hint(dataset, meta["tokenizer"], "compact_vocab" in meta)
     if args.input:
-        text = read_text(args.input)  # as prepare reads a text file: UTF-8 without NUL, else refused in one line
+        # as prepare reads a text file: UTF-8 without NUL, else refused in one line
+        text = read_text(args.input)
         encode, _, _, eot = get_tokenizer(meta["tokenizer"], meta.get("compact_vocab"), unknown)
-        articles = split_wikitext(text, os.path.basename(args.input))  # as prepare_wikipedia.py cuts text
+        articles = split_wikitext(text, os.path.basename(args.input))  # as prepare_wikipedia cuts
         del text
-        tokens = np.concatenate([np.zeros(0, np.uint16)] + [np.array(encode(articles.pop(0)["text"]) + [eot], np.uint16)
-                                                             for _ in range(len(articles))])  # 2 bytes a token
+        tokens = [np.zeros(0, np.uint16)]  # 2 bytes a token
+        while articles:
+            tokens.append(np.array(encode(articles.pop(0)["text"]) + [eot], np.uint16))
+        tokens = np.concatenate(tokens)
         source = args.input
     else:
         if data_dir is None:
-            fail(f"data/{dataset}/ not found here, beside {args.out_dir} or in a folder above it, nor in the "
-                 f"repository's folder: evaluate where it is, prepare it with "
-                 f"{prepare_hint(dataset, meta['tokenizer'], 'compact_vocab' in meta)}, or give any text with "
-                 f"--input=FILE")
-        check_same_data(checkpoint, meta, dataset, training=True, data_dir=data_dir)  # its text, not only its tokens
+            fail(f"data/{dataset}/ not found here, beside {args.out_dir} or in a folder above it, "
+                 f"nor in the repository's folder: evaluate where it is, prepare it with {hint}, or "
+                 f"give any text with --input=FILE")
+        # its text, not only its tokens
+        check_same_data(checkpoint, meta, dataset, training=True, data_dir=data_dir)
         source = os.path.join(data_dir, f"{args.split}.bin")
-        n_tokens = os.path.getsize(source) / 2 if os.path.isfile(source) else None  # 2 bytes a token
-        if n_tokens is None or n_tokens % 1 or n_tokens != meta.get(f"{args.split}_tokens", n_tokens):  # cut short
-            fail(f"{source} is missing or does not hold the tokens its meta.json says; prepare it again with "
-                 f"{prepare_hint(dataset, meta['tokenizer'], 'compact_vocab' in meta)}")
-        tokens = np.memmap(source, dtype=np.uint16, mode="r") if n_tokens else np.zeros(0, np.uint16)
+        n_tokens = os.path.getsize(source) / 2 if os.path.isfile(source) else None  # 2 bytes each
+        expected = meta.get(f"{args.split}_tokens", n_tokens)
+        if n_tokens is None or n_tokens % 1 or n_tokens != expected:  # cut short
+            fail(f"{source} is missing or does not hold the tokens its meta.json says; prepare it "
+                 f"again with {hint}")
+        tokens = np.zeros(0, np.uint16)
+        if n_tokens:
+            tokens = np.memmap(source, dtype=np.uint16, mode="r")
     if len(tokens) < 2:
         fail(f"{source} has {len(tokens)} token(s): nothing to predict; give a longer text")
 
     block = model.config.context_size
-    t0, shown = time.time(), [0.0]
+    t0 = time.time()
+    shown = [0.0]
 
     def progress(done, total):
         if time.time() - shown[0] > 5 or done == total:  # a line every few seconds on long texts
@@ -143,17 +259,21 @@ def main(argv=None):
             print(f"\r{done}/{total} windows, {eta:.0f}s left", end="" if done < total else "\n",
                   file=sys.stderr, flush=True)
 
-    totals, byte_lengths = np.zeros(3), token_byte_lengths(meta)
-    for targets, losses in window_losses(model, tokens, block, args.batch_size, args.device, autocast=autocast,
-                                         progress=progress):
+    totals = np.zeros(3)
+    byte_lengths = token_byte_lengths(meta)
+    for targets, losses in window_losses(model, tokens, block, args.batch_size, args.device,
+                                         autocast=autocast, progress=progress):
         figures = summarize(losses, targets, byte_lengths, totals)
-    result = {"out_dir": args.out_dir, "source": source, **figures, "tokens_outside_vocab": len(unknown),
+    result = {"out_dir": args.out_dir, "source": source, **figures,
+              "tokens_outside_vocab": len(unknown),
               "windows": len(window_starts(len(tokens), block)), "context_size": block}
     print(f"{source}: loss {result['loss']:.4f} nats/token, perplexity {result['perplexity']:.2f}, "
-          f"{result['bits_per_byte']:.4f} bits/byte over {result['tokens']:,} tokens ({result['bytes']:,} bytes)")
+          f"{result['bits_per_byte']:.4f} bits/byte over {result['tokens']:,} tokens "
+          f"({result['bytes']:,} bytes)")
     if unknown:  # no id, so no model of this vocabulary can read or predict them
-        print(f"left out: {len(unknown):,} tokens ({len(unknown) / (len(unknown) + len(tokens)):.2%}) outside the "
-              f"model's vocabulary of {model.config.vocab_size:,} (the tokens of its training text), e.g. "
+        share = len(unknown) / (len(unknown) + len(tokens))
+        print(f"left out: {len(unknown):,} tokens ({share:.2%}) outside the model's vocabulary of "
+              f"{model.config.vocab_size:,} (the tokens of its training text), e.g. "
               f"{get_tokenizer(meta['tokenizer'])[1](unknown[:5])!r}")
     print(json.dumps(result))
     return result

@@ -348,6 +348,17 @@ class Transformer(nn.Module):
             if isinstance(module, Attention):
                 module.keep_weights = keep
 
+    def embedding_norms(self):
+        """The embedding loss's LayerNorm gains and biases: gains of zero with equal biases zero the loss
+        whatever E is."""
+        norms = {}
+        for name in ("ln_embed", "ln_encoder_out"):
+            ln = getattr(self, name, None)
+            if ln is not None and ln.weight is not None:
+                norms[f"{name}_gain_norm"] = ln.weight.norm().item()
+                norms[f"{name}_bias_norm"] = ln.bias.norm().item()
+        return norms
+
     def flops_per_token(self, T=None):
         """Training FLOPs (forward + backward) per token: 6 per matmul weight, plus attention over T keys."""
         c, T = self.config, T or self.config.context_size
@@ -360,6 +371,19 @@ class Transformer(nn.Module):
         groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=device_type == "cuda")
+
+
+def get_lr(it, learning_rate, min_lr, warmup_iters, lr_decay_iters, decay_lr=True):
+    """The learning rate of iteration `it` (train.py): a linear warmup to learning_rate, then a
+    cosine decay to min_lr at lr_decay_iters; decay_lr=False: learning_rate throughout."""
+    if not decay_lr:
+        return learning_rate
+    if it < warmup_iters:
+        return learning_rate * (it + 1) / (warmup_iters + 1)
+    if it >= lr_decay_iters:
+        return min_lr
+    progress = (it - warmup_iters) / max(1, lr_decay_iters - warmup_iters)
+    return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (learning_rate - min_lr)
 
 
 def build_model(config):

@@ -35,9 +35,11 @@ import numpy as np
 import requests
 import urllib3
 
-from configurator import add_flag, argument_parser, fail, on_ctrl_c
-from data import (get_tokenizer, hold_folder, make_folder, normalise_newlines, note_holder, read_text,
-                  release_folder, remove_empty_folders, remove_stale_temporaries, split_wikitext, write_atomic)
+from configurator import add_flag, argument_parser
+from data import get_tokenizer, normalise_newlines, read_text, split_wikitext
+from machinery.files import (hold_folder, make_folder, note_holder, release_folder,
+                             remove_empty_folders, remove_stale_temporaries, write_atomic)
+from machinery.process import fail, on_ctrl_c
 
 # Wikimedia asks API clients for a User-Agent naming the tool, its purpose and a contact
 USER_AGENT = (f"autoregressive-encoder-decoder-transformer/0.1 (prepare_wikipedia.py: builds a small "

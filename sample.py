@@ -1,11 +1,11 @@
 """
-Sample from a model trained by train.py (its out_dir/ckpt.pt), decoding with the dataset's tokenizer, which the
-checkpoint carries: only the run's folder is needed, from any working folder.
+Sample from a model trained by train.py (its out_dir/ckpt.pt), decoding with the dataset's tokenizer,
+which the checkpoint carries: only the run's folder is needed, from any working folder.
 
-    python sample.py --out_dir=out/wikipedia --start="The history of" --num_samples=3 --max_new_tokens=200
+    python sample.py --out_dir=out/wikipedia --start="The history of" --num_samples=3
     python sample.py --out_dir=out/wikipedia --start=FILE:prompt.txt --top_p=0.9
-    python sample.py --out_dir=out/reversal --start="3 5 4 2 1"    # reversal: the digits to reverse
-    python sample.py --out_dir=out/reversal                        # reversal: random digit sequences
+    python sample.py --out_dir=out/reversal --start="3 5 4 2 1"  # a generated task: its prompt
+    python sample.py --out_dir=out/reversal                      # ... or random prompts
 
 A sample ends at the end of its article (the end-of-text token) or after --max_new_tokens.
 """
@@ -15,45 +15,58 @@ import os
 import sys
 from contextlib import nullcontext
 
-import numpy as np
 import torch
 
-import reversal
-from configurator import add_flag, argument_parser, fail, on_ctrl_c, pick_device
-from data import get_tokenizer, load_checkpoint, trained_meta
+from configurator import add_flag, argument_parser
+from data import generated_task, get_tokenizer
+from machinery.hardware import pick_device
+from machinery.process import fail, on_ctrl_c
+from machinery.run_files import load_checkpoint, trained_meta
 
-on_ctrl_c("stopped sampling", lower="--num_samples or --max_new_tokens", compile_off="leave out --compile")
+on_ctrl_c("stopped sampling", lower="--num_samples or --max_new_tokens",
+          compile_off="leave out --compile")
 
 parser = argument_parser(__doc__, "python sample.py")
 parser.add_argument("--out_dir", default=None,
-                    help="the training run's folder, holding ckpt.pt (default: the one out/*/ folder here)")
-parser.add_argument("--start", default=None, help="the prompt, or FILE:path to read it from a file "
-                                                  "(default: a new line; reversal: a random digit sequence per sample)")
-parser.add_argument("--num_samples", type=int, default=3, help="samples to draw, each from the same prompt")
-parser.add_argument("--max_new_tokens", type=int, default=300, help="tokens to generate (reversal: as many as digits)")
-parser.add_argument("--temperature", type=float, default=0.8, help="below 1: more likely tokens, above 1: more random")
+                    help="the training run's folder, holding ckpt.pt (default: the one out/*/ "
+                         "folder here)")
+parser.add_argument("--start", default=None,
+                    help="the prompt, or FILE:path to read it from a file (default: a new line; a "
+                         "generated task: a random prompt per sample)")
+parser.add_argument("--num_samples", type=int, default=3,
+                    help="samples to draw, each from the same prompt")
+parser.add_argument("--max_new_tokens", type=int, default=300,
+                    help="tokens to generate (a generated task: as many as its answer has)")
+parser.add_argument("--temperature", type=float, default=0.8,
+                    help="below 1: more likely tokens, above 1: more random")
 parser.add_argument("--top_k", type=int, default=None,
-                    help="sample only from the k most likely tokens (default 200; reversal: 1, greedy, unless --top_p "
-                         "is given)")
+                    help="sample only from the k most likely tokens (default 200; a generated "
+                         "task: 1, greedy, unless --top_p is given)")
 parser.add_argument("--top_p", type=float, default=None,
-                    help="sample only from the fewest most likely tokens whose probabilities add up to p, e.g. 0.9 "
-                         "(nucleus sampling; default: off)")
-add_flag(parser, "--stop_at_eot", "end a sample at the end of its article, the end-of-text token (default True; "
-                                  "False: run on into new articles)", default=True)
+                    help="sample only from the fewest most likely tokens whose probabilities add "
+                         "up to p, e.g. 0.9 (nucleus sampling; default: off)")
+add_flag(parser, "--stop_at_eot", "end a sample at the end of its article, the end-of-text token "
+                                  "(default True; False: run on into new articles)", default=True)
 parser.add_argument("--seed", type=int, default=1337, help="random seed of the samples")
-parser.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
-parser.add_argument("--dtype", default="auto", help="auto (bfloat16 on a GPU that has it, float16 on an older one, "
-                                                    "float32 elsewhere), float32, bfloat16 or float16")
+parser.add_argument("--device", default="auto",
+                    help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
+parser.add_argument("--dtype", default="auto",
+                    help="auto (bfloat16 on a GPU that has it, float16 on an older one, float32 "
+                         "elsewhere), float32, bfloat16 or float16")
 add_flag(parser, "--compile", "torch.compile the one-token decoding step")
 args = parser.parse_args()
-for name, allowed, fix in (("temperature", 0 < args.temperature < math.inf, "use a number above 0, e.g. 0.8"),
-                           ("top_k", args.top_k is None or args.top_k >= 1, "use 1 or more"),
-                           ("top_p", args.top_p is None or 0 < args.top_p <= 1, "use a number in (0, 1], e.g. 0.9"),
-                           ("top_p", args.top_p in (None, 1) or args.top_k != 1,  # greedy: top_p would do nothing
-                            "--top_k=1 keeps only the most likely token; leave out one of them"),
-                           ("num_samples", args.num_samples >= 1, "use 1 or more"),
-                           ("max_new_tokens", args.max_new_tokens >= 0, "use 0 or more"),
-                           ("seed", 0 <= args.seed < 2 ** 63, "use an integer from 0 to 2**63 - 1")):
+checks = (  # setting, is the value allowed?, what to use instead
+    ("temperature", 0 < args.temperature < math.inf, "use a number above 0, e.g. 0.8"),
+    ("top_k", args.top_k is None or args.top_k >= 1, "use 1 or more"),
+    ("top_p", args.top_p is None or 0 < args.top_p <= 1, "use a number in (0, 1], e.g. 0.9"),
+    # greedy: top_p would do nothing
+    ("top_p", args.top_p in (None, 1) or args.top_k != 1,
+     "--top_k=1 keeps only the most likely token; leave out one of them"),
+    ("num_samples", args.num_samples >= 1, "use 1 or more"),
+    ("max_new_tokens", args.max_new_tokens >= 0, "use 0 or more"),
+    ("seed", 0 <= args.seed < 2 ** 63, "use an integer from 0 to 2**63 - 1"),
+)
+for name, allowed, fix in checks:
     if not allowed:
         fail(f"{name}={getattr(args, name)!r} is not allowed; {fix}")
 top_p = args.top_p if args.top_p != 1 else None  # 1: every token, as without it
@@ -70,7 +83,9 @@ ckpt_path = os.path.join(args.out_dir, "ckpt.pt")
 checkpoint, model = load_checkpoint(args.out_dir, args.device)
 dataset = checkpoint["train_config"]["dataset"]
 device_type = args.device.split(":")[0]
-autocast = nullcontext() if dtype == "float32" else torch.autocast(device_type, dtype=getattr(torch, dtype))
+autocast = nullcontext()
+if dtype != "float32":
+    autocast = torch.autocast(device_type, dtype=getattr(torch, dtype))
 
 # the prompt
 start = args.start
@@ -85,52 +100,54 @@ if start is not None and start.startswith("FILE:"):
 if start is not None:
     try:
         start.encode("utf-8")
-    except UnicodeEncodeError:  # bytes that are not UTF-8 arrive from the command line as lone surrogates
-        fail("the prompt is not valid UTF-8 text; give it as UTF-8, or from a file with --start=FILE:path")
+    except UnicodeEncodeError:  # bytes that are not UTF-8 arrive from the command line as surrogates
+        fail("the prompt is not valid UTF-8 text; give it as UTF-8, or from a file with "
+             "--start=FILE:path")
 torch.manual_seed(args.seed)
 
-if dataset == "reversal":
-    top_k = args.top_k or (None if top_p else 1)  # one right answer: greedy, unless --top_p asks to sample
-    if start is None:  # a random digit sequence per sample
-        rng = np.random.default_rng(args.seed)
-        prompts = [list(rng.integers(1, 10, size=rng.integers(1, reversal.MAX_LEN + 1)))
-                   for _ in range(args.num_samples)]
-    else:
-        digits = [int(c) for c in start if c.isdigit()]
-        other = any(not (c.isdigit() or c in " ,") for c in start.strip())
-        if not 1 <= len(digits) <= reversal.MAX_LEN or 0 in digits or other:
-            fail(f"the reversal model takes 1 to {reversal.MAX_LEN} digits from 1 to 9, e.g. --start=\"3 5 4 2 1\"; "
-                 f"got {start!r}")
-        prompts = [digits] * (args.num_samples if top_k != 1 else 1)  # greedy has one answer
-    for digits in prompts:
-        x = torch.tensor([reversal.START, *digits, reversal.SEP], dtype=torch.long, device=args.device)[None, :]
+task = generated_task(dataset)
+if task is not None:  # a generated task has one right answer: greedy, unless --top_p asks to sample
+    top_k = args.top_k or (None if top_p else 1)
+    greedy = top_k == 1
+    # greedy decoding of one prompt has one answer
+    num_samples = 1 if greedy and start is not None else args.num_samples
+    for prompt, answer_length in task.prompts(start, num_samples, args.seed):
+        x = torch.tensor(prompt, dtype=torch.long, device=args.device)[None, :]
         with torch.no_grad(), autocast:
-            y = model.generate(x, len(digits), temperature=args.temperature, top_k=top_k,
+            y = model.generate(x, answer_length, temperature=args.temperature, top_k=top_k,
                                compile=args.compile, top_p=top_p)
-        print(" ".join(map(str, digits)) + " -> " + " ".join(str(int(i)) for i in y[0, x.shape[1]:]))
-else:
-    meta = trained_meta(checkpoint, ckpt_path)
-    unknown = []  # the prompt's tokens outside a compact vocabulary
-    encode, decode, n_vocab, eot = get_tokenizer(meta["tokenizer"], meta.get("compact_vocab"), unknown)
-    prompt = encode("\n" if start is None else start)
-    # "The" is not " The": the training text has a space before each word, so the prompt's first word may be unknown
-    if unknown and start and not start[0].isspace():
-        unknown.clear()
-        prompt = encode(" " + start)
-        if not unknown:
-            print(f"note: sampling from {' ' + start[:40]!r}: {start.split()[0]!r} without the space before it is not "
-                  f"in this model's vocabulary, the tokens of its training text", file=sys.stderr)
-    if unknown:
-        fail(f"the prompt has {len(unknown)} token(s) outside this model's vocabulary of {n_vocab} (the tokens of its "
-             f"training text), e.g. {get_tokenizer(meta['tokenizer'])[1](unknown[:5])!r}; use words of that text")
-    skip = 0 if prompt else 1  # an empty prompt starts a new article: its end-of-text token is not printed
-    prompt = prompt or [eot]
-    # generate; prompts longer than the context keep their last context_size tokens
-    x = torch.tensor(prompt, dtype=torch.long, device=args.device)[None, :].repeat(args.num_samples, 1)
-    with torch.no_grad(), autocast:
-        y = model.generate(x, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k or 200,
-                           compile=args.compile, top_p=top_p, stop_token=eot if args.stop_at_eot else None)
-    for sample in y.tolist():
-        new = sample[len(prompt):]
-        print(decode(sample[skip:len(prompt)] + (new[:new.index(eot)] if args.stop_at_eot and eot in new else new)))
-        print("-" * 40)
+        print(task.show(prompt, y[0, x.shape[1]:].tolist()))
+    sys.exit(0)
+
+meta = trained_meta(checkpoint, ckpt_path)
+unknown = []  # the prompt's tokens outside a compact vocabulary
+encode, decode, n_vocab, eot = get_tokenizer(meta["tokenizer"], meta.get("compact_vocab"), unknown)
+prompt = encode("\n" if start is None else start)
+# "The" is not " The": the training text has a space before each word, so the prompt's first word
+# may be unknown
+if unknown and start and not start[0].isspace():
+    unknown.clear()
+    prompt = encode(" " + start)
+    if not unknown:
+        print(f"note: sampling from {' ' + start[:40]!r}: {start.split()[0]!r} without the space "
+              f"before it is not in this model's vocabulary, the tokens of its training text",
+              file=sys.stderr)
+if unknown:
+    fail(f"the prompt has {len(unknown)} token(s) outside this model's vocabulary of {n_vocab} (the "
+         f"tokens of its training text), e.g. {get_tokenizer(meta['tokenizer'])[1](unknown[:5])!r}; "
+         f"use words of that text")
+skip = 0 if prompt else 1  # an empty prompt starts a new article: its end-of-text is not printed
+prompt = prompt or [eot]
+# generate; prompts longer than the context keep their last context_size tokens
+x = torch.tensor(prompt, dtype=torch.long, device=args.device)[None, :]
+x = x.repeat(args.num_samples, 1)
+with torch.no_grad(), autocast:
+    y = model.generate(x, args.max_new_tokens, temperature=args.temperature,
+                       top_k=args.top_k or 200, compile=args.compile, top_p=top_p,
+                       stop_token=eot if args.stop_at_eot else None)
+for sample in y.tolist():
+    new = sample[len(prompt):]
+    if args.stop_at_eot and eot in new:
+        new = new[:new.index(eot)]
+    print(decode(sample[skip:len(prompt)] + new))
+    print("-" * 40)

@@ -28,7 +28,9 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # also as `python lab/bench.py`
-from configurator import add_flag, argument_parser, machine_error, matmul_peak, pick_device, read_config, sync
+from configurator import add_flag, argument_parser, read_config
+from machinery.hardware import matmul_peak, pick_device, sync
+from machinery.process import machine_error
 from model import ModelConfig, build_model, logits_needed
 
 CONFIGS = {  # name -> config files; the model flags are read from them, as train.py does
@@ -520,6 +522,6 @@ def main():
 
 
 if __name__ == "__main__":
-    from configurator import script_start
+    from machinery.process import script_start
     script_start()  # printing never stops it; piped into a reader that stops early, it ends quietly
     main()

@@ -38,9 +38,11 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # also as `python lab/study.py`
-from configurator import (add_flag, argument_parser, configure, fail, on_ctrl_c, read_config, split_args,
-                          unknown_argument)
-from data import hold_folder, make_folder, note_holder, prepare_hint, read_log, temporary_path, write_atomic
+from configurator import add_flag, argument_parser, configure, read_config, split_args, unknown_argument
+from data import prepare_hint
+from machinery.files import hold_folder, make_folder, note_holder, temporary_path, write_atomic
+from machinery.process import fail, on_ctrl_c
+from machinery.run_files import read_log
 from prepare_wikipedia import WIKITEXT2_FILES, read_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: train.py, config/, data/

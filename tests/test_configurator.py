@@ -10,7 +10,9 @@ import os
 import pytest
 import torch
 
-from configurator import fail, machine_error, pick_device, read_config
+from configurator import read_config
+from machinery.hardware import pick_device
+from machinery.process import fail, machine_error
 from conftest import ROOT, assert_one_line_error, config_files, config_path, log, run, train
 from model import ModelConfig
 

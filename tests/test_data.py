@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import data
+from machinery import files, run_files
 import prepare_wikipedia as pw
 from conftest import (ROOT, assert_one_line_error, copy_run, killed_write, log, make_wikitext, prepare_wikitext2, run,
                       train)
@@ -203,22 +204,22 @@ def test_broken_dataset_is_refused_at_start_naming_the_file_and_the_rebuild(work
 
 def test_read_log_returns_the_records_and_whether_the_last_line_was_torn(tmp_path):
     path = str(tmp_path / "log.jsonl")
-    assert data.read_log(path) == ([], False)  # no log yet
+    assert run_files.read_log(path) == ([], False)  # no log yet
     (tmp_path / "log.jsonl").write_text('{"iter": 0, "val_loss": 5.0}\n\n{"iter": 2, "val_loss": 4.0}\n')
-    assert data.read_log(path) == ([{"iter": 0, "val_loss": 5.0}, {"iter": 2, "val_loss": 4.0}], False)
+    assert run_files.read_log(path) == ([{"iter": 0, "val_loss": 5.0}, {"iter": 2, "val_loss": 4.0}], False)
     with open(path, "a") as f:
         f.write('{"iter": 4, "val_lo')  # a full disk while appending
-    assert data.read_log(path) == ([{"iter": 0, "val_loss": 5.0}, {"iter": 2, "val_loss": 4.0}], True)
+    assert run_files.read_log(path) == ([{"iter": 0, "val_loss": 5.0}, {"iter": 2, "val_loss": 4.0}], True)
     (tmp_path / "log.jsonl").write_text('{"iter": 0}\n{"no_iter": 1}\n{"iter": 4}\n')  # a record without "iter"
     with pytest.raises(SystemExit) as exit:
-        data.read_log(path)
+        run_files.read_log(path)
     assert_one_line_error(str(exit.value.code), f"{path} line 2 is not a JSON record", "delete that line")
 
 
 def test_a_log_that_is_a_folder_is_one_line_error_naming_it(tmp_path):
     (tmp_path / "log.jsonl").mkdir()
     with pytest.raises(SystemExit) as exit:
-        data.read_log(str(tmp_path / "log.jsonl"))
+        run_files.read_log(str(tmp_path / "log.jsonl"))
     assert_one_line_error(str(exit.value.code), f"{tmp_path / 'log.jsonl'} is a folder, not a log", "move it out")
 
 
@@ -244,27 +245,27 @@ def test_corrupt_log_line_before_the_last_is_one_line_error(workdir, tmp_path):
 
 def test_write_atomic_replaces_the_file_whole_or_keeps_the_previous_one(tmp_path):
     path = str(tmp_path / "ckpt.pt")
-    data.write_atomic(path, b"first")
-    data.write_atomic(path, lambda f: f.write(b"second"))  # or a function of the open file
+    files.write_atomic(path, b"first")
+    files.write_atomic(path, lambda f: f.write(b"second"))  # or a function of the open file
     assert (tmp_path / "ckpt.pt").read_bytes() == b"second" and os.listdir(tmp_path) == ["ckpt.pt"]
 
     def full_disk(f):
         f.write(b"half of the th")
         raise OSError(errno.ENOSPC, "No space left on device")
     with pytest.raises(SystemExit) as exit:
-        data.write_atomic(path, full_disk)
+        files.write_atomic(path, full_disk)
     assert_one_line_error(str(exit.value.code), f"could not write {path}: the disk holding {tmp_path} is full")
     assert (tmp_path / "ckpt.pt").read_bytes() == b"second" and os.listdir(tmp_path) == ["ckpt.pt"]
     calls = []
     with pytest.raises(SystemExit):  # on_error is told first, e.g. to say which checkpoint is kept
-        data.write_atomic(path, full_disk, on_error=lambda *args: calls.append(args))
+        files.write_atomic(path, full_disk, on_error=lambda *args: calls.append(args))
     assert [(p, e.errno, size) for p, e, size in calls] == [(path, errno.ENOSPC, None)]
 
     def interrupted(f):
         f.write(b"half")
         raise KeyboardInterrupt
     with pytest.raises(KeyboardInterrupt):  # Ctrl-C is not an error to report: it goes on up
-        data.write_atomic(path, interrupted)
+        files.write_atomic(path, interrupted)
     assert (tmp_path / "ckpt.pt").read_bytes() == b"second" and os.listdir(tmp_path) == ["ckpt.pt"]
 
 
@@ -288,8 +289,8 @@ def test_a_folder_on_a_file_system_without_locks_is_used_with_one_line_of_warnin
                                                                                    error):
     def flock(fd, operation):
         raise OSError(error, os.strerror(error))
-    monkeypatch.setattr(data.fcntl, "flock", flock)
-    data.hold_folder(str(tmp_path), "--out_dir")  # no "in use by another process": no one holds it
+    monkeypatch.setattr(files.fcntl, "flock", flock)
+    files.hold_folder(str(tmp_path), "--out_dir")  # no "in use by another process": no one holds it
     [line] = capsys.readouterr().out.splitlines()
     assert line.startswith(f"warning: {tmp_path} cannot be locked ({os.strerror(error)}: its file system has no locks")
     assert "run one at a time in this --out_dir" in line
@@ -307,7 +308,8 @@ print(model.eval()(torch.tensor([[1, 2, 3]]))[0].flatten().tolist())
 """
 LOAD_WITH_THE_PROJECT = """
 import torch
-from data import get_tokenizer, load_checkpoint
+from data import get_tokenizer  # noqa: E402
+from machinery.run_files import load_checkpoint
 checkpoint, model = load_checkpoint("{run}")
 meta = checkpoint["dataset_meta"]
 encode, decode, _, _ = get_tokenizer(meta["tokenizer"], meta.get("compact_vocab"))
@@ -317,12 +319,12 @@ print(decode(model.generate(torch.tensor([encode("the castle")]), 8, top_k=1)[0]
 
 def test_the_readme_lines_load_a_model_in_someone_elses_code(workdir, tmp_path):
     """With model.py alone beside it (no data/, nothing else of the project), and with the project on the path: the
-    logits and the greedy text of the model that data.load_checkpoint gives."""
+    logits and the greedy text of the model that run_files.load_checkpoint gives."""
     shutil.copy(os.path.join(ROOT, "model.py"), tmp_path / "model.py")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     code = LOAD_WITH_MODEL_PY_ONLY.format(run=workdir / "out_full")
     alone = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
-    checkpoint, model = data.load_checkpoint(str(workdir / "out_full"))
+    checkpoint, model = run_files.load_checkpoint(str(workdir / "out_full"))
     with torch.no_grad():
         assert json.loads(alone.stdout) == model(torch.tensor([[1, 2, 3]]))[0].flatten().tolist(), alone.stderr
     code = LOAD_WITH_THE_PROJECT.format(run=workdir / "out_full")

@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-import reversal
+from tasks import reversal
 from configurator import read_config
 from conftest import ROOT, log, run
 from model import ModelConfig, build_model

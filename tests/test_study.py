@@ -19,6 +19,7 @@ import pytest
 
 import data
 import prepare_wikipedia as pw
+from machinery import run_files
 from lab import study
 from configurator import read_config
 from conftest import (ASCII_WORDS, ENV, ROOT, assert_interrupted, assert_one_line_error, run, stops_at_their_defaults,
@@ -312,7 +313,7 @@ def test_a_long_run_starts_from_the_finished_short_run_of_its_config_and_seed_on
     out = tmp_path / "long" / "baseline_seed0"
     assert study.start_from_shorter_run("long", "baseline", 0, str(out)) == 20
     assert (out / "ckpt.pt").read_bytes() == b"weights at step 20"
-    records, torn = data.read_log(str(out / "log.jsonl"))
+    records, torn = run_files.read_log(str(out / "log.jsonl"))
     assert records[-1]["iter"] == 20 and not torn
     assert sorted(p.name for p in out.iterdir()) == ["ckpt.pt", "log.jsonl"]  # no temporary file left
     assert study.start_from_shorter_run("long", "baseline", 1, str(tmp_path / "long" / "baseline_seed1")) is None
@@ -501,7 +502,7 @@ def test_paper_dry_run_prints_the_plan_and_its_cost_without_a_gpu():
     assert_one_line_error(result, "no GPU is visible", "--dry_run", "--device=cpu")
 
 
-PROJECT = ["lab/study.py", "train.py", "model.py", "data.py", "configurator.py", "reversal.py", "evaluate.py",
+PROJECT = ["lab/study.py", "train.py", "model.py", "data.py", "configurator.py", "machinery", "tasks", "evaluate.py",
            "lab/bench.py", "prepare_wikipedia.py"]
 TINY_PAPER = ["--seeds=2", "--max_iters=2", "--results=smoke", "--device=cpu", "--dtype=float32", "--compile=False",
               "--n_layer=1", "--n_embed=60", "--context_size=32", "--batch_size=2", "--gradient_accumulation_steps=1",
@@ -514,7 +515,8 @@ def test_paper_suite_smoke_run_on_the_cpu_every_configuration_then_its_summary(t
     nothing it has finished, and summarises next to the write-up's figures."""
     os.makedirs(tmp_path / "lab")
     for name in PROJECT:
-        shutil.copy(os.path.join(ROOT, name), tmp_path / name)
+        copy = shutil.copytree if os.path.isdir(os.path.join(ROOT, name)) else shutil.copy
+        copy(os.path.join(ROOT, name), tmp_path / name)
     shutil.copytree(os.path.join(ROOT, "config"), tmp_path / "config")
     shutil.copytree(os.path.join(ROOT, "lab", "config"), tmp_path / "lab" / "config")
     (tmp_path / "text.txt").write_text(word_articles(ASCII_WORDS, 20, 150))
@@ -529,7 +531,7 @@ def test_paper_suite_smoke_run_on_the_cpu_every_configuration_then_its_summary(t
     for run_ in study.SUITES["paper"]["runs"]:
         assert f"| {run_} |" in out.split("total:")[0]
         for seed in (0, 1):
-            assert data.read_log(str(tmp_path / "smoke" / f"{run_}_seed{seed}" / "log.jsonl"))[0][-1]["iter"] == 2
+            assert run_files.read_log(str(tmp_path / "smoke" / f"{run_}_seed{seed}" / "log.jsonl"))[0][-1]["iter"] == 2
     assert "every run of the paper study is done in smoke/" in study_copy()  # resumes nothing it has finished
     table = study_copy("--summary")
     assert "| encdec_mse_pos_sub | 2 | 3.378 |" in table and "| baseline | 2 | 3.424 |" in table
@@ -572,8 +574,8 @@ def test_bad_arguments_are_one_line_errors_before_anything_runs(tmp_path, args, 
 
 
 def test_a_second_study_on_the_same_results_folder_is_refused_saying_who_holds_it(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, data; data.hold_folder(sys.argv[1], 'x'); "
-                               "data.note_holder(sys.argv[1], 'study.py --suite=gpt2'); print('held', flush=True); "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from machinery import files; files.hold_folder(sys.argv[1], 'x'); "
+                               "files.note_holder(sys.argv[1], 'study.py --suite=gpt2'); print('held', flush=True); "
                                "sys.stdin.read()", str(tmp_path)], cwd=ROOT, env=ENV, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline() == "held\n"
@@ -588,7 +590,7 @@ def test_ctrl_c_or_a_stop_signal_stops_the_study_and_its_runs_keeps_what_ran_and
     fifo = tmp_path / "started"
     os.mkfifo(fifo)
     child = f"import signal; open({str(fifo)!r}, 'w').write('started\\n'); signal.pause()"
-    code = ("import subprocess, sys\nfrom lab import study\nfrom configurator import on_ctrl_c\n"
+    code = ("import subprocess, sys\nfrom lab import study\nfrom machinery.process import on_ctrl_c\n"
             "on_ctrl_c('the runs finished so far are kept')\n"  # as `python -m lab.study` starts
             "real = subprocess.Popen\n"
             f"study.subprocess.Popen = lambda cmd, **kw: real([sys.executable, '-c', {child!r}], **kw)\n"
@@ -618,7 +620,7 @@ def stopped_study(tmp_path, stand_in, ignored=(), stop="SIGTERM", lines=()):
     os.mkfifo(fifo)
     child = (f"import os, signal, sys\nsys.path.insert(0, {ROOT!r})\nstopped = {str(stopped)!r}\n"
              f"started = lambda: open({str(fifo)!r}, 'w').write(f'started {{os.getpid()}}\\n')\n{stand_in}")
-    code = ("import subprocess, sys\nfrom lab import study\nfrom configurator import on_ctrl_c\n"
+    code = ("import subprocess, sys\nfrom lab import study\nfrom machinery.process import on_ctrl_c\n"
             "on_ctrl_c('the runs finished so far are kept')\n"  # as `python -m lab.study` starts
             + "".join(f"{line}\n" for line in lines) + "real = subprocess.Popen\n"
             f"study.subprocess.Popen = lambda cmd, **kw: real([sys.executable, '-c', {child!r}], **kw)\n"
@@ -650,7 +652,7 @@ def test_a_study_started_with_ctrl_c_ignored_passes_a_stop_on_to_its_runs_which_
     stops the study and every run, at once; each run stops as train.py does (a KeyboardInterrupt) and keeps its
     checkpoint."""
     # started() inside the try: the stop may come as soon as the test has read both lines, before pause() is reached
-    stand_in = ("import configurator\nconfigurator.script_start()\ntry:\n    started()\n    signal.pause()\n"
+    stand_in = ("from machinery import process\nprocess.script_start()\ntry:\n    started()\n    signal.pause()\n"
                 "except KeyboardInterrupt:\n    open(stopped, 'a').write('stopped\\n')\n    sys.exit(1)\n")
     status, stderr, _ = stopped_study(tmp_path, stand_in, ignored=["SIGINT", "SIGHUP"])
     assert status == 130 and "Traceback" not in stderr, stderr

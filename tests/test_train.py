@@ -180,8 +180,8 @@ def test_mfu_above_100_percent_times_the_peak_again_and_says_so_if_it_stays_abov
     """A CPU busy while its matmul peak was timed gives too low a peak (MFU was printed as 131-155%): it is timed again,
     once, and a figure still above 100% says why. Here the timings are given: 1 GFLOP/s at first, then 1 PFLOP/s."""
     argv = ["train.py", *TINY, "--max_iters=2", f"--out_dir={tmp_path / 'out'}"]
-    code = (f"import configurator, runpy, sys\npeaks = {peaks!r}\n"
-            f"configurator.matmul_peak = lambda *args, **kwargs: peaks.pop(0) if len(peaks) > 1 else peaks[0]\n"
+    code = (f"import machinery.hardware, runpy, sys\npeaks = {peaks!r}\n"
+            f"machinery.hardware.matmul_peak = lambda *args, **kwargs: peaks.pop(0) if len(peaks) > 1 else peaks[0]\n"
             f"sys.argv = {argv!r}\nrunpy.run_path({os.path.join(ROOT, 'train.py')!r}, run_name='__main__')")
     result = subprocess.run([sys.executable, "-c", code], cwd=workdir, env=ENV, capture_output=True, text=True)
     mfus = [float(m) for m in re.findall(r"mfu ([\d.]+)%", result.stdout)]
@@ -641,3 +641,118 @@ def test_a_signal_ignored_where_the_run_started_as_nohup_ignores_a_hang_up_stays
 def test_ctrl_c_in_the_first_seconds_is_one_line_too(workdir):
     result = interrupted_at("data", "check_dataset", "train.py", *TINY, "--out_dir=out_early", cwd=workdir)
     assert_interrupted(result, "no checkpoint was saved yet")
+
+# -----------------------------------------------------------------------------
+# the numbers: the same before and after the code was reorganised into modules named for what they hold
+
+# out_full's log (TINY, 6 steps): iteration -> (train_loss, val_loss, grad_norm), as train.py logged them before
+# its helpers moved into data.py, evaluate.py and machinery/ (exactly: one thread, float32)
+PINNED = {0: (5.486755132675171, 5.486254453659058, None),
+          2: (5.27762770652771, 5.287602663040161, 7.5881147384643555),
+          4: (5.105933904647827, 5.114039182662964, 11.63115406036377),
+          6: (4.987625598907471, 4.994441747665405, 12.24592113494873)}
+
+
+def test_the_logged_losses_are_exactly_those_recorded_before_the_code_moved(workdir):
+    assert {r["iter"]: (r["train_loss"], r["val_loss"], r["grad_norm"]) for r in log(workdir, "out_full")} == PINNED
+
+
+def test_get_lr_warms_up_linearly_then_decays_along_a_cosine_to_min_lr():
+    from model import get_lr
+    schedule = dict(learning_rate=1e-3, min_lr=1e-4, warmup_iters=10, lr_decay_iters=110)
+    assert get_lr(0, **schedule) == pytest.approx(1e-3 / 11)  # never 0: the first step learns
+    assert get_lr(9, **schedule) == pytest.approx(1e-3 * 10 / 11)
+    assert get_lr(10, **schedule) == pytest.approx(1e-3)  # the peak, cos(0)
+    assert get_lr(60, **schedule) == pytest.approx((1e-3 + 1e-4) / 2)  # half way down
+    assert get_lr(110, **schedule) == get_lr(10 ** 6, **schedule) == 1e-4
+    assert all(get_lr(i, **schedule) >= get_lr(i + 1, **schedule) for i in range(10, 200))
+    assert get_lr(5, **schedule, decay_lr=False) == get_lr(500, **schedule, decay_lr=False) == 1e-3
+
+# -----------------------------------------------------------------------------
+# a stop that saves, a finished run, a lost log, a changed evaluation
+
+
+def run_with_hook(hook, *args, cwd, env=None):
+    """train.py with args in cwd, after `hook` (Python source) ran in its process, with the stop signals at their
+    defaults (a CI job started with nohup would ignore SIGHUP)."""
+    code = (f"import os, runpy, signal, sys, time, torch\n{hook}\n"
+            f"sys.argv = ['train.py', *{list(args)!r}]\n"
+            f"runpy.run_path({os.path.join(ROOT, 'train.py')!r}, run_name='__main__')")
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env={**ENV, **(env or {})}, capture_output=True,
+                          text=True, timeout=300, preexec_fn=stops_at_their_defaults())
+
+
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM", "SIGHUP"])  # Ctrl-C; Kubernetes and Slurm; a hang-up
+def test_a_stop_finishes_its_step_saves_it_and_the_resume_logs_the_unbroken_runs_losses(workdir, stop):
+    # the stop comes in the middle of the third step (iteration 2 -> 3), between two evaluations
+    hook = ("clip = torch.nn.utils.clip_grad_norm_\ncalls = []\n"
+            "def clip_then_stop(*args, **kwargs):\n    calls.append(1)\n"
+            f"    if len(calls) == 3:\n        os.kill(os.getpid(), signal.{stop})\n"
+            "    return clip(*args, **kwargs)\n"
+            "torch.nn.utils.clip_grad_norm_ = clip_then_stop")
+    out = f"out_stop_{stop}"
+    result = run_with_hook(hook, *TINY, f"--out_dir={out}", "--max_iters=6", cwd=workdir)
+    assert result.returncode == 130 and "Traceback" not in result.stderr, result.stderr
+    assert f"{stop}: finishing this step, then saving a checkpoint" in result.stdout
+    assert result.stderr.strip() == (f"interrupted at iteration 3: saved it in {out}/ckpt.pt; continue with "
+                                     f"`python train.py --out_dir={out} --init_from=resume`")
+    assert torch.load(workdir / out / "ckpt.pt", weights_only=True)["iter_num"] == 3
+    train(workdir, out, "--init_from=resume")
+    assert losses(log(workdir, out)) == losses(log(workdir, "out_full"))
+
+
+def test_resuming_a_finished_run_says_it_is_finished_and_how_to_train_it_further(workdir, tmp_path):
+    out = copy_run(workdir, tmp_path)
+    before = files(out)
+    result = run("train.py", f"--out_dir={out.name}", "--init_from=resume", cwd=tmp_path)
+    assert result.stdout.strip() == ("out holds a finished run: 6 of max_iters=6 iterations, evaluated; to train "
+                                     "it further, resume with a larger --max_iters, e.g. --max_iters=12")
+    assert files(out) == before
+
+
+@pytest.mark.parametrize("lost", ["all", "first"])
+def test_a_resume_writes_back_the_log_records_its_checkpoint_carries(workdir, tmp_path, lost):
+    out = copy_run(workdir, tmp_path)
+    lines = (out / "log.jsonl").read_text().splitlines(keepends=True)
+    if lost == "all":
+        (out / "log.jsonl").unlink()
+    else:
+        (out / "log.jsonl").write_text("".join(lines[1:]))
+    result = train(tmp_path, "out", "--init_from=resume", "--max_iters=8")
+    written_back = "4 record(s) it had lost (iteration(s) 0, 2, 4, 6)" if lost == "all" else \
+        "1 record(s) it had lost (iteration(s) 0)"
+    assert f"out/log.jsonl: wrote back {written_back} from the checkpoint" in result.stdout
+    assert [r["iter"] for r in log(tmp_path, "out")] == [0, 2, 4, 6, 8]
+    assert (out / "log.jsonl").read_text().startswith("".join(lines))
+
+
+@pytest.mark.parametrize("setting", ["--eval_iters=1", "--batch_size=2"])
+def test_a_resume_that_evaluates_other_sequences_says_so(workdir, tmp_path, setting):
+    copy_run(workdir, tmp_path)
+    result = train(tmp_path, "out", "--init_from=resume", "--max_iters=8", setting)
+    key, value = setting[2:].split("=")
+    assert (f"note: resuming with {key}={value}, not the checkpoint's {key}=2: its evaluations are of other "
+            f"sequences from here on") in result.stdout
+
+
+def test_an_estimate_far_off_is_timed_again_once_the_run_has_started(workdir):
+    hook = "import machinery.hardware\nmachinery.hardware.forward_seconds = lambda *args: 1e-7"  # a 100x too quick
+    result = run_with_hook(hook, *TINY, "--out_dir=out_retimed", "--max_iters=6", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    assert "estimated: 0 ms per iteration" in result.stdout
+    [line] = [line for line in result.stdout.splitlines() if line.startswith("re-estimated:")]
+    assert "per iteration" in line and "(timed on its first iterations; the estimate was 0 ms)" in line
+
+
+@pytest.mark.skipif(os.cpu_count() < 2, reason="one core: a single thread is all torch takes anyway")
+def test_on_a_busy_cpu_a_run_takes_one_thread_a_core_that_is_free_and_logs_the_same_losses(workdir):
+    hook = "os.getloadavg = lambda: (8.0, 8.0, 8.0)  # a CPU kept busy by other programs"
+    env = {k: v for k, v in ENV.items() if k != "OMP_NUM_THREADS"}
+    code = (f"import os, runpy, sys\n{hook}\nsys.argv = ['train.py', *{[*TINY, '--out_dir=out_busy', '--max_iters=6']!r}]\n"
+            f"runpy.run_path({os.path.join(ROOT, 'train.py')!r}, run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", code], cwd=workdir, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert f"note: 1 thread, not {os.cpu_count()}: the CPU is busy (load 8.0 on {os.cpu_count()} cores)" in \
+        result.stdout or f"note: 1 thread, not " in result.stdout
+    assert losses(log(workdir, "out_busy")) == losses(log(workdir, "out_full"))

@@ -1,0 +1,93 @@
+"""
+Several processes training as one (DDP, started by torchrun): each process its rank, every decision to
+stop taken by all of them together, so that none is left waiting for the others.
+"""
+import math
+import os
+import sys
+from contextlib import contextmanager
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from machinery.process import fail
+
+ddp = "RANK" in os.environ  # started by torchrun
+device = "cpu"  # this process's device, set by start
+
+
+def start(device_asked):
+    """Join the other processes, if torchrun started several: (rank, world_size, this process's
+    device: cuda:LOCAL_RANK on GPUs)."""
+    global device
+    device = device_asked
+    if not ddp:
+        return 0, 1, device
+    dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+    if device.startswith("cuda"):
+        device = f"cuda:{os.environ['LOCAL_RANK']}"
+        torch.cuda.set_device(device)
+    return dist.get_rank(), dist.get_world_size(), device
+
+
+def check_split(batch_size, gradient_accumulation_steps, world_size):
+    """Stop with one line where the micro-batches of a step cannot be shared out evenly."""
+    if gradient_accumulation_steps % world_size == 0:
+        return
+    # the same step of sequences in smaller micro-batches
+    steps = math.lcm(gradient_accumulation_steps, world_size)
+    sequences = batch_size * gradient_accumulation_steps
+    same_step = ""
+    if sequences % steps == 0:
+        same_step = (f", e.g. --batch_size={sequences // steps} --gradient_accumulation_steps="
+                     f"{steps} (the same {sequences} sequences per step)")
+    fail(f"gradient_accumulation_steps={gradient_accumulation_steps} must be divisible by the "
+         f"{world_size} processes; change one of them{same_step}")
+
+
+def wrap(model, device_type):
+    """The model that trains: under DDP, wrapped to average the gradients over the processes."""
+    if not ddp:
+        return model
+    device_ids = [int(os.environ["LOCAL_RANK"])] if device_type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=device_ids)
+
+
+def all_sum(value):
+    """value summed over the processes (DDP), else value itself: every process sees the same, and
+    stops or not."""
+    if not ddp:
+        return value
+    total = torch.tensor([float(value)], dtype=torch.float64, device=device)
+    dist.all_reduce(total)
+    return total.item()
+
+
+@contextmanager
+def stop_together():
+    """Around the work of rank 0 alone: with DDP, a stop there (`fail`, an error) stops every
+    process, rank 0 with its one line, the others silently, rather than leaving them to die with
+    "connection closed" tracebacks."""
+    error = None
+    try:
+        yield
+    except (SystemExit, Exception) as e:
+        error = e
+    if not all_sum(error is not None):
+        return
+    if ddp:  # rank 0 says why before any process leaves (torchrun ends the others once one has)
+        if isinstance(error, SystemExit):
+            print(error.code, file=sys.stderr, flush=True)
+        elif error is not None:
+            sys.excepthook(type(error), error, error.__traceback__)
+        dist.barrier()
+        raise SystemExit(1)
+    raise error
+
+
+def finish():
+    """Every process waits for the last evaluation and checkpoint, then all leave together."""
+    if ddp:
+        dist.barrier()
+        dist.destroy_process_group()

@@ -1,0 +1,156 @@
+"""
+How a script runs and stops: every stop on bad input is one line `error: ...` naming the problem and
+the fix (`fail`); Ctrl-C, SIGTERM and SIGHUP, running out of memory and a failed torch.compile are one
+line too, never a traceback; printing never stops a script.
+"""
+import atexit
+import os
+import re
+import signal
+import sys
+
+
+def fail(message):
+    """Stop with `error: message` on stderr and exit status 1; the message names the problem and the fix."""
+    raise SystemExit(f"error: {message}")
+
+
+def script_start():
+    """What every script does first. Printing never stops it: a character the console cannot show (a
+    Windows code page, PYTHONIOENCODING=ascii, a file name that is not UTF-8) is written escaped, and a
+    reader that stops early (`| head`) ends it quietly. And SIGTERM and SIGHUP (how Colab, clusters,
+    docker and Kubernetes stop a program; a closed terminal) stop it as Ctrl-C does, saying what is
+    kept; a signal ignored where it started (`nohup` ignores SIGHUP, a script's background job SIGINT)
+    stays ignored."""
+    end_quietly_without_reader()
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):  # not when a test has replaced it
+            stream.reconfigure(errors="backslashreplace")
+    names = ("SIGINT", "SIGTERM", "SIGHUP")  # Windows has no SIGHUP
+    stops = [getattr(signal, name) for name in names if hasattr(signal, name)]
+    stops = [stop for stop in stops if signal.getsignal(stop) != signal.SIG_IGN]
+
+    def stop_once(signum, frame):  # a second stop (a study's runs, then the study itself) is ignored
+        for stop in stops:
+            # not SIG_IGN: a stop already on its way would print a warning
+            signal.signal(stop, lambda *args: None)
+        raise KeyboardInterrupt
+    for stop in stops:
+        signal.signal(stop, stop_once)
+
+
+def end_quietly_without_reader():
+    """Output piped into a reader that stops early (`python train.py -h | head -3`) ends the script
+    quietly: exit status 1 where a write found the reader gone (the script stops there), the script's
+    own where only the last buffered output was left unread; no BrokenPipeError traceback either way."""
+    def drop_output():  # no reader: the rest goes to os.devnull, so the last flush cannot fail
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # a test's stand-in for stdout has no file descriptor
+            pass
+
+    def flush():
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            drop_output()
+
+    def hook(kind, value, tb, previous=sys.excepthook):
+        if issubclass(kind, BrokenPipeError):
+            return drop_output()
+        return previous(kind, value, tb)
+    atexit.register(flush)  # before the interpreter's own last flush, which would print "Exception ignored"
+    sys.excepthook = hook
+
+
+def machine_error(error, lower, compile_off="use --compile=False"):
+    """The one line for an error of the machine rather than of the input, None for any other error:
+    out of memory (CPU or GPU), naming the settings to lower, or a torch.compile that found no working
+    C++ compiler."""
+    detail = str(error).strip() or type(error).__name__
+    detail = re.sub(r"\[enforce fail at [^]]*\] (data\. )?", "", detail)
+    # e.g. CUDA out of memory. Tried to allocate 2.00 GiB
+    detail = ". ".join(detail.splitlines()[0].split(". ")[:2])
+    names = [kind.__name__ for kind in type(error).__mro__]
+    memory = re.search(r"out of memory|DefaultCPUAllocator|can't allocate memory", detail, re.I)
+    if "MemoryError" in names or "OutOfMemoryError" in names or memory:
+        return f"out of memory ({detail}); lower {lower}"
+    compiler = ("torch._dynamo", "torch._inductor")
+    if "BackendCompilerFailed" in names or any(kind.__module__.startswith(compiler)
+                                               for kind in type(error).__mro__):
+        return compile_failure(error, compile_off)
+    return None
+
+
+def compile_failure(error, compile_off="use --compile=False"):
+    """The one line for a torch.compile that failed, whatever the torch release and the error's class."""
+    # BackendCompilerFailed: the backend's own error
+    while getattr(error, "inner_exception", None) is not None:
+        error = error.inner_exception
+    detail = (str(error).strip() or type(error).__name__).splitlines()[0][:300]
+    no_compiler = re.search(r"compiler|g\+\+|gcc|\bcc\b|cl\.exe|CalledProcessError", detail, re.I)
+    return (f"torch.compile could not build the model ({type(error).__name__}: {detail}); "
+            f"{compile_off}" + (", or install a C++ compiler" if no_compiler else ""))
+
+
+def on_ctrl_c(message, lower="the sizes asked for", compile_off="use --compile=False"):
+    """Make Ctrl-C, SIGTERM and SIGHUP stop the script with one line, `interrupted: message` (what is
+    kept, how to go on), and exit status 130, instead of a traceback; running out of memory (lower: the
+    settings to lower) or a failed torch.compile, with one line `error: ...`. Also script_start's
+    printing that never fails."""
+    script_start()
+
+    def hook(kind, value, tb, previous=sys.excepthook):
+        line = machine_error(value, lower, compile_off)
+        if line:
+            return print(f"error: {line}", file=sys.stderr, flush=True)  # exit status 1
+        if not issubclass(kind, KeyboardInterrupt):
+            return previous(kind, value, tb)  # script_start's: a reader gone is quiet
+        print(f"interrupted: {message}", file=sys.stderr, flush=True)
+        os._exit(130)
+    sys.excepthook = hook
+
+
+def train_stop_hook(run):
+    """train.py's excepthook: Ctrl-C (and SIGTERM, SIGHUP) before its loop runs, a second stop in
+    it, out of memory, torch.compile without a compiler: one line saying where the last checkpoint
+    is, instead of a traceback. run: train.py's globals, read when it stops."""
+    def hook(kind, value, tb):
+        error = machine_error(value, "--batch_size (a larger --gradient_accumulation_steps keeps "
+                                     "the batch per step) or --context_size")
+        if not issubclass(kind, KeyboardInterrupt) and not error:
+            return sys.__excepthook__(kind, value, tb)
+        saved = run.get("saved_iter")  # write_atomic removes the temporary file of a save cut short
+        kept = "no checkpoint was saved yet"
+        if saved is not None:
+            kept = (f"the last checkpoint is {run['ckpt_path']} (iteration {saved}); "
+                    f"continue with `{run['resume_command']}`")
+        if error:  # in any process: it may be the only one short of memory
+            print(f"error: {error}; {kept}" + " and that setting" * (saved is not None),
+                  file=sys.stderr)
+        elif int(os.environ.get("RANK", 0)) == 0:
+            print(f"interrupted at iteration {run.get('iter_num', 0)}: {kept}", file=sys.stderr)
+    return hook
+
+
+class StopAfterStep:
+    """In train.py's loop, a stop (Ctrl-C, SIGTERM as Kubernetes and Slurm send before SIGKILL,
+    SIGHUP) lets the step in progress finish, then the run saves a checkpoint and ends; a second
+    stop ends it at once. `requested` says whether a stop came."""
+
+    def __init__(self):
+        self.requested = False
+        names = ("SIGINT", "SIGTERM", "SIGHUP")  # Windows has no SIGHUP
+        stops = [getattr(signal, name) for name in names if hasattr(signal, name)]
+        # a signal ignored where the run started stays ignored
+        self.stops = [stop for stop in stops if signal.getsignal(stop) != signal.SIG_IGN]
+        for stop in self.stops:
+            signal.signal(stop, self.stop)
+
+    def stop(self, signum, frame):
+        if self.requested:  # a second stop: at once
+            raise KeyboardInterrupt
+        self.requested = True
+        if int(os.environ.get("RANK", 0)) == 0:  # at once, on stdout: the run's one last line follows
+            print(f"{signal.Signals(signum).name}: finishing this step, then saving a checkpoint "
+                  f"(a second stop ends the run at once)", flush=True)
