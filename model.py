@@ -1,14 +1,16 @@
 """
 The auto-regressive encoder-decoder transformer, and the decoder-only GPT it is compared with.
 
-From the write-up "Auto-regressive Encoder-Decoder Transformer" (Yan, 2024) and its earlier draft, "Parallel
-Encoder-Decoder Transformer". Three variants, chosen by `ModelConfig.variant`:
+From the write-up "Auto-regressive Encoder-Decoder Transformer" (Yan, 2024) and its earlier draft,
+"Parallel Encoder-Decoder Transformer". Three variants, chosen by `ModelConfig.variant`:
   baseline  decoder-only GPT (nanoGPT-style)
-  encdec    causal encoder stack, then a decoder stack that cross-attends to the encoder output (the write-up)
+  encdec    causal encoder stack, then a decoder stack that cross-attends to the encoder output
+            (the write-up)
   parallel  encoder and decoder blocks side by side in every layer (the earlier draft)
-Read top to bottom: the config, attention and its causal rule, the blocks, then the model: its three forward passes
-(hidden_states), the losses (forward), generation. After it, off that path: the KV cache, the details that are there
-for speed only, and the checks of the config's flags.
+Read top to bottom: the config, attention and its causal rule, the blocks, the embedding losses,
+then the model: its three forward passes (hidden_states), the losses (forward), generation. After
+it, off that path: the KV cache, the details that are there for speed only, and the checks of the
+config's flags.
 """
 
 import math
@@ -22,29 +24,32 @@ from torch.nn import functional as F
 
 @dataclass
 class ModelConfig:
-    variant: str = "encdec"  # baseline | encdec | parallel: decoder-only GPT, the write-up's model, its draft's
+    variant: str = "encdec"  # baseline (GPT) | encdec (the write-up's) | parallel (its draft's)
     vocab_size: int = 50257  # tokens in the vocabulary: GPT-2's (train.py: the dataset's)
     context_size: int = 200  # the most tokens read at once: positions 0 .. context_size - 1
     n_embed: int = 150  # C, the width of the embeddings and of every layer's input and output
     n_layer: int = 13  # layers; per side for the encoder-decoders, as in the write-ups
     n_head: int = 5  # heads of every self-attention
-    dropout: float = 0.0  # dropout probability on E, the attention weights and every residual branch
-    bias: bool = False  # biases in the Linear layers and LayerNorms (LayerNorm_a and _b have theirs anyway)
-    rotary: bool = False  # rotary positions (RoPE) in every attention, instead of a learned table added to E
-    # The encoder-decoders' flags. None: check_flags fills in the default each comment ends with (the write-up's best
-    # configuration); for the baseline, embedding_loss none and sub_pos_embed no
+    dropout: float = 0.0  # dropout probability on E, the attention weights, every residual branch
+    bias: bool = False  # biases in Linear layers and LayerNorms (LayerNorm_a and _b: always)
+    rotary: bool = False  # rotary positions (RoPE) in every attention, not a table added to E
+    # The encoder-decoders' flags. None: check_flags fills in the default each comment ends with
+    # (the write-up's best configuration); for the baseline, embedding_loss none, sub_pos_embed no.
+    # detach: the input of the embedding loss that gets no gradient from it. sub_pos_embed (pos
+    # sub): subtract the next position's embedding before the output layer (yes_ln: then a
+    # LayerNorm); add_pos_embed_to_decoder adds it to the decoder's input.
     n_encoder_layer: Optional[int] = None  # layers of the encoder; None: n_layer
     n_decoder_layer: Optional[int] = None  # layers of the decoder; None: n_layer
     cross_n_head: Optional[int] = None  # heads of the cross-attention; None: 2 x n_head
-    embedding_loss: Optional[str] = None  # none | mse | cosine | log_cosine; None: mse (baseline: none)
-    embedding_loss_coeff: Optional[float] = None  # loss = cross-entropy + coeff x embedding loss; None: 8.0
-    embedding_ln: Optional[str] = None  # none | init | avg_cum_sum: where LayerNorm_a goes; None: init
+    embedding_loss: Optional[str] = None  # none | mse | cosine | log_cosine; None: mse
+    embedding_loss_coeff: Optional[float] = None  # loss = CE + coeff x embedding loss; None: 8.0
+    embedding_ln: Optional[str] = None  # none | init | avg_cum_sum: LayerNorm_a's place; None: init
     encoder_out_ln: Optional[bool] = None  # LayerNorm_b on the encoder output; None: True
-    detach: Optional[str] = None  # none | embedding | encoder_out: not trained by the embedding loss; None: encoder_out
-    embedding_ln_affine: Optional[bool] = None  # learnable gains / biases in LayerNorm_a and _b; None: True
-    sub_pos_embed: Optional[str] = None  # no | yes | yes_ln: subtract next position's embedding at the end; None: yes
-    add_pos_embed_to_decoder: Optional[bool] = None  # add next position's embedding to the decoder input; None: False
-    decoder_order: Optional[str] = None  # self_first | cross_first: a decoder block's first attention; None: self_first
+    detach: Optional[str] = None  # none | embedding | encoder_out: no gradient; None: encoder_out
+    embedding_ln_affine: Optional[bool] = None  # gains and biases in LayerNorm_a and _b; None: True
+    sub_pos_embed: Optional[str] = None  # no | yes | yes_ln: subtract next position; None: yes
+    add_pos_embed_to_decoder: Optional[bool] = None  # the next position's embedding; None: False
+    decoder_order: Optional[str] = None  # self_first | cross_first; None: self_first
 
     def __post_init__(self):
         check_flags(self)  # fills in the defaults; at the end of this file
@@ -55,53 +60,76 @@ class ModelConfig:
 
 
 def rotate(x, pos):
-    """Rotary positions (RoPE, Su et al. 2021) of queries or keys x (B, nh, T, hs) at pos (T,): a query-key product then
-    depends only on their distance. An odd head size (the write-up's cross-attention: 15) leaves its last column."""
+    """Rotary positions (RoPE, Su et al. 2021) of queries or keys x (B, nh, T, hs) at pos (T,): a
+    query-key product then depends only on their distance. An odd head size (the write-up's
+    cross-attention: 15) leaves its last column."""
     d = x.size(-1) // 2 * 2
     # theta_i = 10000^(-2i/d), i = 0 .. d/2 - 1
     theta = 10000.0 ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
     angle = pos[:, None].float() * theta  # (T, d/2)
-    cos, sin, x1, x2 = angle.cos().to(x.dtype), angle.sin().to(x.dtype), x[..., :d // 2], x[..., d // 2:d]
+    cos = angle.cos().to(x.dtype)
+    sin = angle.sin().to(x.dtype)
+    x1 = x[..., :d // 2]
+    x2 = x[..., d // 2:d]
     # (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos)
-    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos) + ((x[..., d:],) if d < x.size(-1) else ()), dim=-1)
+    turned = [x1 * cos - x2 * sin, x1 * sin + x2 * cos]
+    if d < x.size(-1):  # an odd head size: its last column as it was
+        turned.append(x[..., d:])
+    return torch.cat(turned, dim=-1)
 
 
 class Attention(nn.Module):
-    """Causal multi-head attention. Self-attention when `context` is None; otherwise cross-attention,
-    with queries from x and keys / values from `context` (the encoder output, same positions as x)."""
+    """Causal multi-head attention. Self-attention when `context` is None; otherwise
+    cross-attention, with queries from x and keys / values from `context` (the encoder output, same
+    positions as x)."""
 
     def __init__(self, config, n_head, cross=False):
         super().__init__()
-        C, self.n_head, self.cross = config.n_embed, n_head, cross
+        C = config.n_embed
+        self.n_head = n_head
+        self.cross = cross
         if cross:
             self.q_proj = nn.Linear(C, C, bias=config.bias)
             self.kv_proj = nn.Linear(C, 2 * C, bias=config.bias)
         else:
             self.qkv_proj = nn.Linear(C, 3 * C, bias=config.bias)  # fused q, k, v
         self.out_proj = nn.Linear(C, C, bias=config.bias)
-        self.out_proj.residual = True  # it adds to the residual stream: a smaller init (Transformer.__init__)
-        self.dropout, self.resid_dropout, self.rotary = config.dropout, nn.Dropout(config.dropout), config.rotary
-        self.keep_weights, self.weights = False, None  # see Transformer.keep_attention_weights
+        # it adds to the residual stream: a smaller init (Transformer.__init__)
+        self.out_proj.residual = True
+        self.dropout = config.dropout
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.rotary = config.rotary
+        self.keep_weights = False  # see Transformer.keep_attention_weights
+        self.weights = None
         self.number = None  # its buffer in a KV cache; Transformer.__init__ numbers every Attention
 
     def forward(self, x, pos, context=None, cache=None):
         B, T, C = x.size()
-        nh, hs = self.n_head, C // self.n_head
-        q, kv = (self.q_proj(x), self.kv_proj(context)) if self.cross else self.qkv_proj(x).split([C, 2 * C], dim=2)
+        nh = self.n_head
+        hs = C // nh
+        if self.cross:
+            q = self.q_proj(x)
+            kv = self.kv_proj(context)
+        else:
+            q, kv = self.qkv_proj(x).split([C, 2 * C], dim=2)
         q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
         kv = kv.view(B, T, 2, nh, hs).permute(2, 0, 3, 1, 4)  # (2, B, nh, T, hs): keys, values
-        if self.rotary:  # queries and keys turned by their positions (cross-attention: the encoder's are the same)
-            q, kv = rotate(q, pos), torch.stack((rotate(kv[0], pos), kv[1]))
+        if self.rotary:  # queries and keys turned by their positions (the encoder's: the same)
+            q = rotate(q, pos)
+            kv = torch.stack((rotate(kv[0], pos), kv[1]))
         mask = None  # causal over these T positions
-        if cache is not None:  # generation: the earlier positions' keys / values too (the KV cache, after the model)
+        if cache is not None:  # generation: earlier positions' too (the KV cache, after the model)
             kv, mask = cached_keys_values(cache, self.number, kv, pos)
-        # The causal rule: query t reads the keys of positions <= t only. The cross-attention too: the encoder output at
-        # t + 1 has read token t + 1, which is the target at t, so without the mask the decoder could copy the answer.
+        # The causal rule: query t reads the keys of positions <= t only. The cross-attention too:
+        # the encoder output at t + 1 has read token t + 1, which is the target at t, so without the
+        # mask the decoder could copy the answer.
         if self.keep_weights:  # written out, to keep the weights (B, nh, T, L); no dropout
             k, v = kv[..., :hs]  # without a KV cache's padding (see causal_attention)
-            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril() if mask is None else mask
-            # softmax(Q K^T / sqrt(hs) + M) V, M = 0 where the mask lets a query see a key, -inf elsewhere
-            self.weights = (q @ k.transpose(-2, -1) / math.sqrt(hs)).masked_fill(~mask, float("-inf")).softmax(-1)
+            if mask is None:
+                mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            # softmax(Q K^T / sqrt(hs) + M), M = 0 where the mask lets a query see a key, else -inf
+            scores = q @ k.transpose(-2, -1) / math.sqrt(hs)
+            self.weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)
             y = self.weights @ v
         else:  # the same, fused: a faster kernel (causal_attention, after the model)
             y = causal_attention(q, kv[0], kv[1], self.dropout if self.training else 0.0, mask)
@@ -137,87 +165,136 @@ class Block(nn.Module):
 
 
 class DecoderBlock(nn.Module):
-    """Causal self-attention, causal cross-attention to the encoder output, MLP (decoder_order swaps the first two)."""
+    """Causal self-attention, causal cross-attention to the encoder output, MLP (decoder_order
+    swaps the first two)."""
 
     def __init__(self, config):
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.n_embed, bias=config.bias)
         self.attn = Attention(config, config.n_head)
-        self.ln_cross_q = nn.LayerNorm(config.n_embed, bias=config.bias)  # the decoder side of the cross-attention
-        self.ln_cross_kv = nn.LayerNorm(config.n_embed, bias=config.bias)  # the encoder side, this block's own
+        # the decoder side of the cross-attention, and the encoder side, this block's own
+        self.ln_cross_q = nn.LayerNorm(config.n_embed, bias=config.bias)
+        self.ln_cross_kv = nn.LayerNorm(config.n_embed, bias=config.bias)
         self.cross_attn = Attention(config, config.cross_n_head, cross=True)
         self.ln_2 = nn.LayerNorm(config.n_embed, bias=config.bias)
         self.mlp = MLP(config)
-        self.cross_first = config.decoder_order == "cross_first"
+        if config.decoder_order == "self_first":
+            self.cross_first = False
+        elif config.decoder_order == "cross_first":
+            self.cross_first = True
+        else:
+            raise flag_error(config, "decoder_order")
 
     def forward(self, x, encoder_out, pos, cache=None):
         def self_attend(x):
             return x + self.attn(self.ln_1(x), pos, cache=cache)
 
         def cross_attend(x):
-            return x + self.cross_attn(self.ln_cross_q(x), pos, self.ln_cross_kv(encoder_out), cache=cache)
+            return x + self.cross_attn(self.ln_cross_q(x), pos, self.ln_cross_kv(encoder_out),
+                                       cache=cache)
 
         x = self_attend(cross_attend(x)) if self.cross_first else cross_attend(self_attend(x))
         return x + self.mlp(self.ln_2(x))
 
 
+# The embedding losses of out_enc_ln and E_avg_sum (embedding_dissimilarity), per position: (B, T)
+EMBEDDING_LOSSES = {
+    # MSE(out_enc_ln, E_avg_sum)
+    "mse": lambda out, avg: (out - avg).pow(2).mean(dim=-1),
+    # 1 - (cosine_similarity + 1) / 2
+    "cosine": lambda out, avg: 1 - (F.cosine_similarity(out, avg, dim=-1) + 1) / 2,
+    # -log((cosine_similarity + 1) / 2)
+    "log_cosine": lambda out, avg: -torch.log((F.cosine_similarity(out, avg, dim=-1) + 1) / 2),
+}
+
+
 class Transformer(nn.Module):
     def __init__(self, config):
         super().__init__()
-        self.config = c = config
-        encdec = c.variant != "baseline"
-        # one row more for the next tokens' positions 1..T where they are subtracted / added; rotary: a table only then
-        next_pos = c.sub_pos_embed != "no" or bool(c.add_pos_embed_to_decoder)
+        self.config = config
+        c = config
+        if c.variant == "baseline":
+            encdec = False
+        elif c.variant in ("encdec", "parallel"):  # the same modules; hidden_states wires them
+            encdec = True
+        else:
+            raise flag_error(c, "variant")
+        # one row more for the next tokens' positions 1..T where they are subtracted / added;
+        # rotary: a table only then
+        if c.sub_pos_embed == "no":
+            next_pos = bool(c.add_pos_embed_to_decoder)
+        elif c.sub_pos_embed in ("yes", "yes_ln"):
+            next_pos = True
+        else:
+            raise flag_error(c, "sub_pos_embed")
         self.wte = nn.Embedding(c.vocab_size, c.n_embed)
-        self.wpe = nn.Embedding(c.context_size + next_pos, c.n_embed) if next_pos or not c.rotary else None
+        if next_pos or not c.rotary:
+            self.wpe = nn.Embedding(c.context_size + next_pos, c.n_embed)
+        else:
+            self.wpe = None
         self.drop = nn.Dropout(c.dropout)
         n_enc = c.n_encoder_layer if encdec else c.n_layer
-        self.blocks = nn.ModuleList([Block(c) for _ in range(n_enc)])  # the baseline's layers, or the encoder
+        # the baseline's layers, or the encoder
+        self.blocks = nn.ModuleList([Block(c) for _ in range(n_enc)])
         if encdec:
             self.decoder_in = nn.Linear(c.n_embed, c.n_embed, bias=c.bias)
             self.decoder_blocks = nn.ModuleList([DecoderBlock(c) for _ in range(c.n_decoder_layer)])
         self.ln_f = nn.LayerNorm(c.n_embed, bias=c.bias)
         if c.sub_pos_embed == "yes_ln":
             self.ln_sub_pos = nn.LayerNorm(c.n_embed, bias=c.bias)
-        if c.embedding_loss != "none":
-            # LayerNorm_a and LayerNorm_b are full LayerNorms (weight and bias) whatever `bias` says: the
-            # write-ups' parameter counts include their biases. Only this loss trains them, and gains of 0 with
-            # equal biases make it 0 whatever E is; embedding_ln_affine=False rules that shortcut out.
-            if c.embedding_ln != "none":
-                self.ln_embed = nn.LayerNorm(c.n_embed, elementwise_affine=c.embedding_ln_affine)
+        if c.embedding_loss in EMBEDDING_LOSSES:
+            # LayerNorm_a and LayerNorm_b are full LayerNorms (weight and bias) whatever `bias`
+            # says: the write-ups' parameter counts include their biases. Only this loss trains
+            # them, and gains of 0 with equal biases make it 0 whatever E is;
+            # embedding_ln_affine=False rules that shortcut out.
+            affine = c.embedding_ln_affine
+            if c.embedding_ln in ("init", "avg_cum_sum"):
+                self.ln_embed = nn.LayerNorm(c.n_embed, elementwise_affine=affine)
+            elif c.embedding_ln != "none":
+                raise flag_error(c, "embedding_ln")
             if c.encoder_out_ln:
-                self.ln_encoder_out = nn.LayerNorm(c.n_embed, elementwise_affine=c.embedding_ln_affine)
+                self.ln_encoder_out = nn.LayerNorm(c.n_embed, elementwise_affine=affine)
+        elif c.embedding_loss != "none":
+            raise flag_error(c, "embedding_loss")
         self.lm_head = nn.Linear(c.n_embed, c.vocab_size, bias=False)
         self.wte.weight = self.lm_head.weight  # weight tying
         for number, attention in enumerate(m for m in self.modules() if isinstance(m, Attention)):
             attention.number = number  # its buffer in a KV cache
-        # GPT-2 init: std 0.02, and 0.02 / sqrt(2 x n_layer) for the projections into the residual stream (two per
-        # layer; n_layer counts an encoder-decoder's layers per side)
+        # GPT-2 init: std 0.02, and 0.02 / sqrt(2 x n_layer) for the projections into the residual
+        # stream (two per layer; n_layer counts an encoder-decoder's layers per side)
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
-                std = 0.02 / math.sqrt(2 * c.n_layer) if getattr(module, "residual", False) else 0.02
+                residual = getattr(module, "residual", False)
+                std = 0.02 / math.sqrt(2 * c.n_layer) if residual else 0.02
                 nn.init.normal_(module.weight, mean=0.0, std=std)
                 if getattr(module, "bias", None) is not None:
                     nn.init.zeros_(module.bias)
 
     def num_params(self):
-        """Parameters without the positional embedding (as the write-ups count); the tied output layer counts once."""
-        return sum(p.numel() for p in self.parameters()) - (self.wpe.weight.numel() if self.wpe is not None else 0)
+        """Parameters without the positional embedding (as the write-ups count); the tied output
+        layer counts once."""
+        positions = self.wpe.weight.numel() if self.wpe is not None else 0
+        return sum(p.numel() for p in self.parameters()) - positions
 
     def hidden_states(self, idx, cache=None):
-        """The three forward passes: the states before the output layer (B, T, C), E, and the encoder output (None
-        for the baseline). cache: {}, or a KV cache whose positions idx continues (the KV cache, after the model)."""
+        """The three forward passes: the states before the output layer (B, T, C), E, and the
+        encoder output (None for the baseline). cache: {}, or a KV cache whose positions idx
+        continues (the KV cache, after the model)."""
         c = self.config
         T = idx.size(1)
-        assert cache is not None or T <= c.context_size, f"sequence of {T} tokens is longer than {c.context_size}"
+        assert cache is not None or T <= c.context_size, (
+            f"sequence of {T} tokens is longer than {c.context_size}")
         if cache is None:
             pos = torch.arange(T, device=idx.device)  # (T,)
         else:  # generation: the positions after the cached ones
             pos, cache = continue_cache(cache, T, c.context_size, idx.device)
         # E = token embedding + positional embedding (rotary positions: the token embedding alone)
         E = self.drop(self.wte(idx) if c.rotary else self.wte(idx) + self.wpe(pos))  # (B, T, C)
-        # the next tokens' positions 1..T: subtracted before the output layer, or added to the decoder's input
-        next_pos_embed = self.wpe(pos + 1) if c.sub_pos_embed != "no" or c.add_pos_embed_to_decoder else None
+        # the next tokens' positions 1..T: subtracted before the output layer, or added to the
+        # decoder's input
+        next_pos_embed = None
+        if c.sub_pos_embed in ("yes", "yes_ln") or c.add_pos_embed_to_decoder:
+            next_pos_embed = self.wpe(pos + 1)
 
         if c.variant == "baseline":
             x = E
@@ -234,29 +311,36 @@ class Transformer(nn.Module):
                 x = x + next_pos_embed
             for block in self.decoder_blocks:
                 x = block(x, encoder_out, pos, cache)
-        else:  # parallel: layer i runs an encoder block and a decoder block that reads that layer's encoder output
+        elif c.variant == "parallel":
+            # layer i: an encoder block, and a decoder block that reads that layer's encoder output
             x = self.decoder_in(E)  # the decoder starts from a linear layer on E
             if c.add_pos_embed_to_decoder:
                 x = x + next_pos_embed
             encoder_out = E
-            first_paired = len(self.blocks) - len(self.decoder_blocks)  # a shallower decoder: beside the last layers
+            # a shallower decoder: beside the last layers
+            first_paired = len(self.blocks) - len(self.decoder_blocks)
             for i, block in enumerate(self.blocks):
                 encoder_out = block(encoder_out, pos, cache)
                 if i >= first_paired:
                     x = self.decoder_blocks[i - first_paired](x, encoder_out, pos, cache)
+        else:
+            raise flag_error(c, "variant")
 
         x = self.ln_f(x)
-        if c.sub_pos_embed != "no":
+        if c.sub_pos_embed in ("yes", "yes_ln"):
             # subtract the positional embedding of the next token before the output layer
             x = x - next_pos_embed
             if c.sub_pos_embed == "yes_ln":
                 x = self.ln_sub_pos(x)
+        elif c.sub_pos_embed != "no":
+            raise flag_error(c, "sub_pos_embed")
         return x, E, encoder_out
 
     def forward(self, idx, targets=None, cache=None, return_logits=True):
-        """Returns (logits, loss, terms). With targets: loss is what training minimises (cross-entropy in eval mode),
-        terms its detached parts {"ce", "embedding"} for the logs; return_logits=False: the same loss without the
-        (B, T, vocab) logits, which are None. Without targets, only the last position's logits: (B, 1, vocab)."""
+        """Returns (logits, loss, terms). With targets: loss is what training minimises
+        (cross-entropy in eval mode), terms its detached parts {"ce", "embedding"} for the logs;
+        return_logits=False: the same loss without the (B, T, vocab) logits, which are None.
+        Without targets, only the last position's logits: (B, 1, vocab)."""
         c = self.config
         x, E, encoder_out = self.hidden_states(idx, cache)
         if targets is None:
@@ -264,77 +348,99 @@ class Transformer(nn.Module):
         if return_logits:
             logits = self.lm_head(x)  # (B, T, vocab)
             # cross-entropy = the mean over targets t (not -1) of -log softmax(logits)[t]
-            ce = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
-        else:  # the same without the float32 logits: less memory, and faster on a CPU (logits_needed, after the model)
-            logits, ce = None, cross_entropy_without_logits(x, self.lm_head.weight, targets)
-        loss, embedding_loss = ce, None
-        if c.embedding_loss != "none":
+            ce = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1),
+                                 ignore_index=-1)
+        else:
+            # the same without the float32 logits: less memory, and faster on a CPU (logits_needed,
+            # after the model)
+            logits = None
+            ce = cross_entropy_without_logits(x, self.lm_head.weight, targets)
+        loss = ce
+        embedding_loss = None
+        if c.embedding_loss != "none":  # an unknown one fails in embedding_dissimilarity
             embedding_loss = self.embedding_dissimilarity(E, encoder_out).mean()
             if self.training:
                 # loss = cross-entropy + coeff x embedding loss
                 loss = ce + c.embedding_loss_coeff * embedding_loss
-        terms = {"ce": ce.detach(), "embedding": None if embedding_loss is None else embedding_loss.detach()}
+        terms = {"ce": ce.detach()}
+        terms["embedding"] = None if embedding_loss is None else embedding_loss.detach()
         return logits, loss, terms
 
     def embedding_dissimilarity(self, E, encoder_out):
         """The write-up's embedding loss before its mean over positions: (B, T)."""
         c = self.config
+        if c.embedding_loss not in EMBEDDING_LOSSES:
+            raise flag_error(c, "embedding_loss")
         if c.detach == "encoder_out":
             encoder_out = encoder_out.detach()  # only the embeddings learn from this loss
         elif c.detach == "embedding":
             E = E.detach()
+        elif c.detach != "none":
+            raise flag_error(c, "detach")
         # E_ln = LayerNorm_a(E)
         if c.embedding_ln == "init":
             E = self.ln_embed(E)
-        # E_avg_sum(i) = 1/i * sum_{k<=i} E_ln(k): the cumulative average over T (compiled: see cumulative_average)
+        elif c.embedding_ln not in ("none", "avg_cum_sum"):
+            raise flag_error(c, "embedding_ln")
+        # E_avg_sum(i) = 1/i * sum_{k<=i} E_ln(k): the cumulative average over T (compiled: see
+        # cumulative_average)
         embed_avg = cumulative_average(E)
         if c.embedding_ln == "avg_cum_sum":
             embed_avg = self.ln_embed(embed_avg)
         # out_enc_ln = LayerNorm_b(out_enc)
         if c.encoder_out_ln:
             encoder_out = self.ln_encoder_out(encoder_out)
-        if c.embedding_loss == "mse":
-            # MSE(out_enc_ln, E_avg_sum)
-            return (encoder_out - embed_avg).pow(2).mean(dim=-1)
-        similarity = F.cosine_similarity(encoder_out, embed_avg, dim=-1)
-        if c.embedding_loss == "cosine":
-            # 1 - (cosine_similarity + 1) / 2
-            return 1 - (similarity + 1) / 2
-        # log_cosine: -log((cosine_similarity + 1) / 2)
-        return -torch.log((similarity + 1) / 2)
+        return EMBEDDING_LOSSES[c.embedding_loss](encoder_out, embed_avg)
 
     def decode_step(self, idx, cache, lm_head_t):
-        """Logits (B, vocab) of the token after idx (B, T), which continues the cache; lm_head_t: lm_head.weight.T."""
+        """Logits (B, vocab) of the token after idx (B, T), which continues the cache; lm_head_t:
+        lm_head.weight.T."""
         return self.hidden_states(idx, cache)[0][:, -1, :] @ lm_head_t
 
     @torch.inference_mode()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, compile=False, top_p=None,
-                 stop_token=None):
-        """Append max_new_tokens tokens to idx (B, T), each drawn from the next token's logits given the last
-        context_size tokens; top_k=1: the most likely; top_p: from the fewest most likely tokens whose probabilities
-        add up to top_p (nucleus sampling). stop_token: a sequence that drew it repeats it, and once all have,
-        generation stops. use_cache, compile: faster (the KV cache, after the model)."""
-        ctx, filled = self.config.context_size, 0  # filled: positions in the cache, counted here, not on the device
-        # decode_step, compiled or not; lm_head.weight.T; new_cache(): an empty KV cache (compiled: the model's own)
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True,
+                 compile=False, top_p=None, stop_token=None):
+        """Append max_new_tokens tokens to idx (B, T), each drawn from the next token's logits given
+        the last context_size tokens; top_k=1: the most likely; top_p: from the fewest most likely
+        tokens whose probabilities add up to top_p (nucleus sampling). stop_token: a sequence that
+        drew it repeats it, and once all have, generation stops. use_cache, compile: faster (the
+        KV cache, after the model)."""
+        ctx = self.config.context_size
+        filled = 0  # positions in the cache, counted here, not on the device
+        # decode_step, compiled or not; lm_head.weight.T; new_cache(): an empty KV cache (compiled:
+        # the model's own)
         one_token_step, lm_head_t, new_cache = fast_decoding(self, compile, idx)
+        cache = None
+        idx_next = None  # the token drawn last
         done = None  # (B, 1): which sequences drew stop_token
         for _ in range(max_new_tokens):
-            if use_cache and 0 < filled < ctx:  # only the newest token: the cache holds the others' keys / values
-                logits, filled = one_token_step(idx_next, cache, lm_head_t), filled + 1
+            # only the newest token: the cache holds the others' keys / values
+            if use_cache and 0 < filled < ctx:
+                logits = one_token_step(idx_next, cache, lm_head_t)
+                filled = filled + 1
             else:  # the whole window: the first step, no cache, or a window that slid (a new cache)
                 cache = new_cache() if use_cache else None
-                logits, filled = self.decode_step(idx[:, -ctx:], cache, lm_head_t), min(idx.size(1), ctx)
-            logits = (logits - logits.amax(-1, keepdim=True)) / temperature  # max 0: no overflow at any temperature
+                logits = self.decode_step(idx[:, -ctx:], cache, lm_head_t)
+                filled = min(idx.size(1), ctx)
+            # max 0: no overflow at any temperature
+            logits = (logits - logits.amax(-1, keepdim=True)) / temperature
             if top_k not in (None, 1):
                 v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
                 logits[logits < v[:, [-1]]] = -float("inf")
-            if top_p is not None and top_k != 1:  # drop each token whose more likely ones already add up to top_p
+            # top_p: drop each token whose more likely ones already add up to top_p
+            if top_p is not None and top_k != 1:
                 p, order = F.softmax(logits, -1).sort(-1, descending=True)
-                logits.scatter_(-1, order, logits.gather(-1, order).masked_fill(p.cumsum(-1) - p >= top_p, -math.inf))
+                dropped = logits.gather(-1, order).masked_fill(p.cumsum(-1) - p >= top_p, -math.inf)
+                logits.scatter_(-1, order, dropped)
             # greedy (top_k=1): the most likely token, without drawing from 50k probabilities
-            idx_next = logits.argmax(-1, keepdim=True) if top_k == 1 else torch.multinomial(F.softmax(logits, -1), 1)
-            if stop_token is not None:  # a sequence that drew the stop token repeats it; once all have, stop
-                done = (idx_next == stop_token) if done is None else done | (idx_next == stop_token)
+            if top_k == 1:
+                idx_next = logits.argmax(-1, keepdim=True)
+            else:
+                idx_next = torch.multinomial(F.softmax(logits, -1), 1)
+            # a sequence that drew the stop token repeats it; once all have, stop
+            if stop_token is not None:
+                drew = idx_next == stop_token
+                done = drew if done is None else done | drew
                 idx_next = idx_next.masked_fill(done, stop_token)
             idx = torch.cat((idx, idx_next), dim=1)
             if done is not None and bool(done.all()):
@@ -342,15 +448,16 @@ class Transformer(nn.Module):
         return idx
 
     def keep_attention_weights(self, keep=True):
-        """From the next pass on, every Attention writes attention out and keeps its weights (B, nh, T, L) in .weights:
-        blocks[i].attn (the encoder's or the baseline's), decoder_blocks[i].attn and decoder_blocks[i].cross_attn."""
+        """From the next pass on, every Attention writes attention out and keeps its weights
+        (B, nh, T, L) in .weights: blocks[i].attn (the encoder's or the baseline's),
+        decoder_blocks[i].attn and decoder_blocks[i].cross_attn."""
         for module in self.modules():
             if isinstance(module, Attention):
                 module.keep_weights = keep
 
     def embedding_norms(self):
-        """The embedding loss's LayerNorm gains and biases: gains of zero with equal biases zero the loss
-        whatever E is."""
+        """The norms of the embedding loss's LayerNorm gains and biases, for the logs: gains of zero
+        with equal biases zero the loss whatever E is."""
         norms = {}
         for name in ("ln_embed", "ln_encoder_out"):
             ln = getattr(self, name, None)
@@ -360,13 +467,16 @@ class Transformer(nn.Module):
         return norms
 
     def flops_per_token(self, T=None):
-        """Training FLOPs (forward + backward) per token: 6 per matmul weight, plus attention over T keys."""
-        c, T = self.config, T or self.config.context_size
+        """Training FLOPs (forward + backward) per token: 6 per matmul weight, plus attention over
+        T keys."""
+        c = self.config
+        T = T or c.context_size
         n_attention = len(self.blocks) + 2 * len(getattr(self, "decoder_blocks", []))
         return 6 * self.num_params() + 12 * n_attention * c.n_embed * T
 
     def configure_optimizer(self, weight_decay, learning_rate, betas, device_type):
-        """AdamW; weight decay on matmul weights and embeddings only, not on LayerNorm gains or biases."""
+        """AdamW; weight decay on matmul weights and embeddings only, not on LayerNorm gains or
+        biases."""
         params = [p for p in self.parameters() if p.requires_grad]
         groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
@@ -391,15 +501,18 @@ def build_model(config):
 
 
 # -----------------------------------------------------------------------------
-# The KV cache. Attention is causal, so the keys and values of a position never change: in generation, each step
-# computes only the new token's and takes the earlier ones from a dict, the cache. cache["kv"][module.number] holds an
-# Attention's, (2, B, nh, context_size, hs), allocated once and written in place (hs padded to a multiple of 8: see
-# causal_attention); cache["length"] counts the positions, in a tensor. So one torch.compile(fullgraph=True) graph of
-# decode_step serves every position (generate passes it idx_next, as a view of idx changes strides each step: a
-# recompile). Past context_size the window slides, every position shifts, and generate starts a new cache.
+# The KV cache. Attention is causal, so the keys and values of a position never change: in
+# generation, each step computes only the new token's and takes the earlier ones from a dict, the
+# cache. cache["kv"][module.number] holds an Attention's, (2, B, nh, context_size, hs), allocated
+# once and written in place (hs padded to a multiple of 8: see causal_attention); cache["length"]
+# counts the positions, in a tensor. So one torch.compile(fullgraph=True) graph of decode_step
+# serves every position (generate passes it idx_next, as a view of idx changes strides each step:
+# a recompile). Past context_size the window slides, every position shifts, and generate starts a
+# new cache.
 
 def continue_cache(cache, T, context_size, device):
-    """The positions (T,) of T new tokens after the cached ones; the cache plus "mask", (T, L): the keys each sees."""
+    """The positions (T,) of T new tokens after the cached ones; the cache plus "mask", (T, L): the
+    keys each sees."""
     if not cache:
         cache.update(kv={}, length=torch.zeros((), dtype=torch.long, device=device))
     pos = torch.arange(T, device=device) + cache["length"]
@@ -408,7 +521,8 @@ def continue_cache(cache, T, context_size, device):
 
 
 def cached_keys_values(cache, number, kv, pos):
-    """Writes keys / values kv (2, B, nh, T, hs) at pos into Attention `number`'s buffer; returns it and the mask."""
+    """Writes keys / values kv (2, B, nh, T, hs) at pos into Attention `number`'s buffer; returns
+    it and the mask."""
     _, B, nh, _, hs = kv.shape
     if number not in cache["kv"]:
         cache["kv"][number] = kv.new_zeros(2, B, nh, cache["mask"].size(1), hs + -hs % 8)
@@ -420,46 +534,54 @@ def cached_keys_values(cache, number, kv, pos):
 # For speed only: the same numbers, sooner
 
 def causal_attention(q, k, v, dropout_p, mask=None):
-    """Causal attention over the same T positions, fused; a KV cache passes the (T, L) mask of the keys it may see."""
+    """Causal attention over the same T positions, fused; a KV cache passes the (T, L) mask of the
+    keys it may see."""
     hs = q.size(-1)
-    # Fused attention runs up to 1.6x slower on head sizes that are not a multiple of 8 (the write-up's cross-attention:
-    # 15); zero columns change no dot product and give zero outputs (a KV cache holds its keys / values padded).
-    # Not while compiling (a KV cache's keys come padded: the queries only): the compiler picks its own kernel.
+    # Fused attention runs up to 1.6x slower on head sizes that are not a multiple of 8 (the
+    # write-up's cross-attention: 15); zero columns change no dot product and give zero outputs
+    # (a KV cache holds its keys / values padded). Not while compiling (a KV cache's keys come
+    # padded: the queries only): the compiler picks its own kernel.
     width = k.size(-1) if is_compiling() else k.size(-1) + -k.size(-1) % 8
     q, k, v = (F.pad(t, (0, width - t.size(-1))) if t.size(-1) < width else t for t in (q, k, v))
-    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=mask is None,
-                                       scale=1 / math.sqrt(hs))
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                       is_causal=mask is None, scale=1 / math.sqrt(hs))
     return y[..., :hs]
 
 
 def cumulative_average(E):
-    """E_avg_sum of E (B, T, C): E.cumsum(1) / i at position i. Compiled, as one matmul with the (T, T) causal averaging
-    weights instead: torch 2.11's compiler crashed on CUDA on the cumulative sum fused with the 1/i (InductorError:
-    TypeError: list indices must be integers or slices, not NoneType, in TritonSymbols.get_block_shape)."""
+    """E_avg_sum of E (B, T, C): E.cumsum(1) / i at position i. Compiled, as one matmul with the
+    (T, T) causal averaging weights instead: torch 2.11's compiler crashed on CUDA on the cumulative
+    sum fused with the 1/i (InductorError: TypeError: list indices must be integers or slices, not
+    NoneType, in TritonSymbols.get_block_shape)."""
     i = torch.arange(1, E.size(1) + 1, device=E.device, dtype=E.dtype)[:, None]  # (T, 1)
-    if is_compiling():  # in E's precision, as the cumulative sum: autocast would round the matmul to 16 bits
+    # in E's precision, as the cumulative sum: autocast would round the matmul to 16 bits
+    if is_compiling():
         with torch.autocast(E.device.type, enabled=False):
             return (torch.ones(E.size(1), E.size(1), device=E.device, dtype=E.dtype).tril() / i) @ E
     return E.cumsum(dim=1) / i
 
 
 def fast_decoding(model, compile, idx):
-    """generate's one-token step, the output layer's weight transposed (C, vocab): one row's logits come ~4x faster on a
-    CPU, and new_cache(), an empty KV cache. compile: decode_step's torch.compile(fullgraph=True) graph, made once per
-    model; on CUDA also a CUDA graph (mode="reduce-overhead"): each token replays the step's hundreds of kernels as
-    one launch. A graph reads its inputs at fixed addresses, so the transposed weight and the cache are then the
-    model's own, kept for the next call of the same batch size and precision (a new cache: the old one, emptied)."""
+    """generate's one-token step, the output layer's weight transposed (C, vocab): one row's logits
+    come ~4x faster on a CPU, and new_cache(), an empty KV cache. compile: decode_step's
+    torch.compile(fullgraph=True) graph, made once per model; on CUDA also a CUDA graph
+    (mode="reduce-overhead"): each token replays the step's hundreds of kernels as one launch. A
+    graph reads its inputs at fixed addresses, so the transposed weight and the cache are then the
+    model's own, kept for the next call of the same batch size and precision (a new cache: the old
+    one, emptied)."""
     lm_head_t = model.lm_head.weight.T.contiguous()
     if not compile:
         return model.decode_step, lm_head_t, dict
     cuda = idx.device.type == "cuda"
     step = model.__dict__.setdefault(f"compiled_step_{cuda}", torch.compile(
         model.decode_step, fullgraph=True, mode="reduce-overhead" if cuda else None))
-    autocast = torch.is_autocast_enabled(idx.device.type) and torch.get_autocast_dtype(idx.device.type)
+    device_type = idx.device.type
+    autocast = torch.is_autocast_enabled(device_type) and torch.get_autocast_dtype(device_type)
     key = (idx.size(0), str(idx.device), autocast, lm_head_t.dtype)
     kept = model.__dict__.get("decoding_buffers")
     if kept is None or kept["key"] != key:  # cache: filled by generate's first (eager) step
-        kept = model.__dict__["decoding_buffers"] = dict(key=key, lm_head_t=lm_head_t, cache={}, marked=False)
+        kept = dict(key=key, lm_head_t=lm_head_t, cache={}, marked=False)
+        model.__dict__["decoding_buffers"] = kept
     else:
         kept["lm_head_t"].copy_(lm_head_t)  # the weights of now, at the address the graph reads
 
@@ -469,32 +591,42 @@ def fast_decoding(model, compile, idx):
         return kept["cache"]
 
     def one_token_step(idx_next, cache, lm_head_t):
-        if not kept["marked"]:  # tensors the graph may write in place, and reads without a copy each call
+        # tensors the graph may write in place, and reads without a copy each call
+        if not kept["marked"]:
             for t in (lm_head_t, cache["length"], *cache["kv"].values()):
                 torch._dynamo.mark_static_address(t)
             kept["marked"] = True
-        if cuda:
-            torch.compiler.cudagraph_mark_step_begin()  # the last step's logits are used: its buffers may be reused
+        if cuda:  # the last step's logits are used: its buffers may be reused
+            torch.compiler.cudagraph_mark_step_begin()
         return step(idx_next, cache, lm_head_t)
     return one_token_step, kept["lm_head_t"], new_cache
 
 
 class LinearCrossEntropy(torch.autograd.Function):
-    """F.cross_entropy(x @ weight.T, targets, ignore_index=-1) in chunks of rows, so the (N, vocab) float32 logits never
-    exist at once; the gradients are taken on the way, while the softmax is at hand. In-place operations only on
-    tensors made here, never on views nor into out=: torch.compile traces it whole."""
+    """F.cross_entropy(x @ weight.T, targets, ignore_index=-1) in chunks of rows, so the (N, vocab)
+    float32 logits never exist at once; the gradients are taken on the way, while the softmax is at
+    hand. In-place operations only on tensors made here, never on views nor into out=:
+    torch.compile traces it whole."""
 
     @staticmethod
     def forward(ctx, x, weight, targets, chunk_size, grad_enabled):
         valid = targets != -1
         n = valid.sum().clamp(min=1)
-        C, w = x.size(1), weight.to(x.dtype)
-        if C % 8 and not is_compiling():  # eager CPU matmuls run ~8% faster on a width that is a multiple of 8
-            x, w = F.pad(x, (0, -C % 8)), F.pad(w, (0, -C % 8))
-        need_grad = grad_enabled and (ctx.needs_input_grad[0] or ctx.needs_input_grad[1])  # not under no_grad
-        loss, grad_x, grad_weight = 0.0, [], torch.zeros_like(w, dtype=torch.float32) if need_grad else None
+        C = x.size(1)
+        w = weight.to(x.dtype)
+        # eager CPU matmuls run ~8% faster on a width that is a multiple of 8
+        if C % 8 and not is_compiling():
+            x = F.pad(x, (0, -C % 8))
+            w = F.pad(w, (0, -C % 8))
+        # not under no_grad
+        need_grad = grad_enabled and (ctx.needs_input_grad[0] or ctx.needs_input_grad[1])
+        loss = 0.0
+        grad_x = []
+        grad_weight = torch.zeros_like(w, dtype=torch.float32) if need_grad else None
         for i in range(0, x.size(0), chunk_size):
-            xc, tc, vc = x[i:i + chunk_size], targets[i:i + chunk_size].clamp(min=0), valid[i:i + chunk_size]
+            xc = x[i:i + chunk_size]
+            tc = targets[i:i + chunk_size].clamp(min=0)
+            vc = valid[i:i + chunk_size]
             logits = (xc @ w.T).float()  # (chunk, vocab)
             target_logits = logits.gather(1, tc[:, None])
             # log-sum-exp and the softmax in place: no second (chunk, vocab) tensor, exp taken once
@@ -504,7 +636,8 @@ class LinearCrossEntropy(torch.autograd.Function):
             loss = loss + ((m + total.log() - target_logits)[:, 0] * vc).sum()
             if need_grad:
                 # d loss / d logits = (softmax - one_hot(target)) / n, on the rows that count
-                grad = p.mul_(vc[:, None] / (n * total)).scatter_add_(1, tc[:, None], -(vc / n)[:, None]).to(x.dtype)
+                grad = p.mul_(vc[:, None] / (n * total))
+                grad = grad.scatter_add_(1, tc[:, None], -(vc / n)[:, None]).to(x.dtype)
                 grad_x.append(grad @ w)
                 grad_weight.add_(grad.T @ xc)
         if need_grad:
@@ -518,52 +651,68 @@ class LinearCrossEntropy(torch.autograd.Function):
 
 
 def cross_entropy_without_logits(x, weight, targets):
-    """F.cross_entropy(x @ weight.T, targets, ignore_index=-1) of x (B, T, C), by LinearCrossEntropy: chunks of 128
-    rows on a CPU (they stay in its caches), else of ~2^28 logits (1 GiB in float32) each."""
+    """F.cross_entropy(x @ weight.T, targets, ignore_index=-1) of x (B, T, C), by
+    LinearCrossEntropy: chunks of 128 rows on a CPU (they stay in its caches), else of ~2^28 logits
+    (1 GiB in float32) each."""
     chunk_size = 128 if x.device.type == "cpu" else max(128, 2 ** 28 // weight.size(0))
-    return LinearCrossEntropy.apply(x.reshape(-1, x.size(-1)), weight, targets.reshape(-1), chunk_size,
-                                    torch.is_grad_enabled())
+    return LinearCrossEntropy.apply(x.reshape(-1, x.size(-1)), weight, targets.reshape(-1),
+                                    chunk_size, torch.is_grad_enabled())
 
 
 def logits_needed(config, device_type, rows=None):
-    """Whether training takes its loss from the (B, T, vocab) logits, or (False) from LinearCrossEntropy, which never
-    holds them: on a CPU with a large vocabulary (it pays there: measured, 50257 yes, 256 no), and wherever a
-    micro-batch's rows (B x T) would make float32 logits of more than 2^28 numbers (a 50 x 200 batch of GPT-2 tokens:
-    2 GB, and as much again for their gradient)."""
+    """Whether training takes its loss from the (B, T, vocab) logits, or (False) from
+    LinearCrossEntropy, which never holds them: on a CPU with a large vocabulary (it pays there:
+    measured, 50257 yes, 256 no), and wherever a micro-batch's rows (B x T) would make float32
+    logits of more than 2^28 numbers (a 50 x 200 batch of GPT-2 tokens: 2 GB, and as much again
+    for their gradient)."""
     if device_type == "cpu":
         return config.vocab_size < 8192
     return rows is None or rows * config.vocab_size <= 2 ** 28
 
 
 def is_compiling():
-    """True while torch.compile traces the model: the compiler picks its own kernels, so no padding for them."""
+    """True while torch.compile traces the model: the compiler picks its own kernels, so no
+    padding for them."""
     return torch.compiler.is_compiling() if hasattr(torch.compiler, "is_compiling") else False
 
 # -----------------------------------------------------------------------------
 # The flags' checks
 
-CHOICES = dict(variant=("baseline", "encdec", "parallel"), embedding_loss=("none", "mse", "cosine", "log_cosine"),
-               embedding_ln=("none", "init", "avg_cum_sum"), detach=("none", "embedding", "encoder_out"),
-               sub_pos_embed=("no", "yes", "yes_ln"), decoder_order=("self_first", "cross_first"))
+# every value each dispatch on a flag has a branch for (the embedding losses: EMBEDDING_LOSSES)
+CHOICES = dict(variant=("baseline", "encdec", "parallel"),
+               embedding_loss=("none", *EMBEDDING_LOSSES),
+               embedding_ln=("none", "init", "avg_cum_sum"),
+               detach=("none", "embedding", "encoder_out"),
+               sub_pos_embed=("no", "yes", "yes_ln"),
+               decoder_order=("self_first", "cross_first"))
 
 
-# The encoder-decoders' defaults (named in ModelConfig's comments): the write-up's best configuration.
-ENCODER_DECODER_DEFAULTS = dict(n_encoder_layer=lambda c: c.n_layer, n_decoder_layer=lambda c: c.n_layer,
-                                cross_n_head=lambda c: 2 * c.n_head, add_pos_embed_to_decoder=False,
-                                decoder_order="self_first", embedding_loss="mse", sub_pos_embed="yes")
+# The encoder-decoders' defaults (in ModelConfig's comments): the write-up's best configuration
+ENCODER_DECODER_DEFAULTS = dict(n_encoder_layer=lambda c: c.n_layer,
+                                n_decoder_layer=lambda c: c.n_layer,
+                                cross_n_head=lambda c: 2 * c.n_head,
+                                add_pos_embed_to_decoder=False, decoder_order="self_first",
+                                embedding_loss="mse", sub_pos_embed="yes")
 EMBEDDING_LOSS_DEFAULTS = dict(embedding_loss_coeff=8.0, embedding_ln="init", encoder_out_ln=True,
                                detach="encoder_out", embedding_ln_affine=True)
 
 
+def flag_error(config, flag):
+    """The ValueError of a flag's value that no branch handles: check_flags lets none through, so
+    the model's dispatches raise it only for a config changed after it was checked."""
+    allowed = ", ".join(CHOICES[flag])
+    return ValueError(f"{flag}={getattr(config, flag)!r} is not allowed: use one of {allowed}")
+
+
 def check_flags(c):
-    """The one place where a ModelConfig's flags are checked (ValueError naming the flag and the fix) and the
-    variant's defaults filled in."""
+    """The one place where a ModelConfig's flags are checked (ValueError naming the flag and the
+    fix) and the variant's defaults filled in."""
     def fail(flag, allowed):
         raise ValueError(f"{flag}={getattr(c, flag)!r} is not allowed: {allowed}")
 
     def choose(flag):
         if getattr(c, flag) not in CHOICES[flag]:
-            fail(flag, f"use one of {', '.join(CHOICES[flag])}")
+            raise flag_error(c, flag)
 
     def fill(defaults):
         for flag, default in defaults.items():
@@ -588,14 +737,17 @@ def check_flags(c):
         c.sub_pos_embed = "no" if c.sub_pos_embed is None else c.sub_pos_embed
     else:
         fill(ENCODER_DECODER_DEFAULTS)
-    choose("embedding_loss"), choose("sub_pos_embed")
+    choose("embedding_loss")
+    choose("sub_pos_embed")
     if c.embedding_loss == "none":
+        losses = ", ".join(EMBEDDING_LOSSES)
         for flag in EMBEDDING_LOSS_DEFAULTS:
             if getattr(c, flag) is not None:
-                fail(flag, "it applies only with an embedding loss (embedding_loss=mse, cosine or log_cosine)")
+                fail(flag, f"it applies only with an embedding loss (embedding_loss={losses})")
     else:
         fill(EMBEDDING_LOSS_DEFAULTS)
-        choose("embedding_ln"), choose("detach")
+        choose("embedding_ln")
+        choose("detach")
         if not c.embedding_loss_coeff > 0:
             fail("embedding_loss_coeff", "use a positive number")
     if c.variant != "baseline":

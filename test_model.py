@@ -303,6 +303,23 @@ def test_embedding_loss_layernorm_shortcut_and_the_option_that_rules_it_out():
     assert terms["embedding"].item() > 0.1
 
 
+@pytest.mark.parametrize("flags, layer_norms", [
+    (dict(variant="encdec"), ["ln_embed", "ln_encoder_out"]),
+    (dict(variant="parallel", embedding_ln="none"), ["ln_encoder_out"]),
+    (dict(variant="encdec", encoder_out_ln=False), ["ln_embed"]),
+    (dict(variant="encdec", embedding_ln_affine=False), []),  # no gains nor biases
+    (dict(variant="encdec", embedding_loss="none"), []), (dict(variant="baseline"), []),
+])
+def test_embedding_norms_are_the_norms_of_the_embedding_loss_layernorm_gains_and_biases(flags, layer_norms):
+    model = tiny(**flags)  # tiny moves every LayerNorm away from gain 1, bias 0
+    expected = {}
+    for name in layer_norms:
+        ln = getattr(model, name)
+        expected[f"{name}_gain_norm"] = pytest.approx(ln.weight.pow(2).sum().sqrt().item())
+        expected[f"{name}_bias_norm"] = pytest.approx(ln.bias.pow(2).sum().sqrt().item())
+    assert model.embedding_norms() == expected
+
+
 # --- 5. each loss formula against a direct computation ---
 
 @pytest.mark.parametrize("loss, embedding_ln, encoder_out_ln", list(itertools.product(
@@ -429,6 +446,29 @@ def test_optimizer_decays_matrices_only_and_covers_every_parameter_once():
 def test_bad_flags_raise_value_error_naming_the_flag(flags, named):
     with pytest.raises(ValueError, match=rf"^{named}="):
         ModelConfig(**{**TINY, **flags})
+
+
+@pytest.mark.parametrize("variant, flag", [
+    ("encdec", "variant"), ("baseline", "variant"), ("encdec", "sub_pos_embed"), ("baseline", "sub_pos_embed"),
+    ("encdec", "embedding_loss"), ("encdec", "embedding_ln"), ("encdec", "decoder_order"),
+])
+def test_building_with_a_value_that_no_branch_handles_raises_naming_the_flag(variant, flag):
+    config = ModelConfig(**TINY, variant=variant)
+    setattr(config, flag, "bogus")  # after check_flags, which would have refused it
+    with pytest.raises(ValueError, match=rf"^{flag}='bogus' is not allowed: use one of "):
+        build_model(config)
+
+
+@pytest.mark.parametrize("variant, flag", [
+    ("encdec", "variant"), ("baseline", "variant"), ("encdec", "sub_pos_embed"), ("baseline", "sub_pos_embed"),
+    ("encdec", "embedding_loss"), ("baseline", "embedding_loss"), ("parallel", "embedding_ln"),
+    ("encdec", "detach"),
+])
+def test_a_forward_pass_with_a_value_that_no_branch_handles_raises_naming_the_flag(variant, flag):
+    model = tiny(variant=variant)
+    setattr(model.config, flag, "bogus")  # a valid model, its config changed afterwards: not another variant
+    with pytest.raises(ValueError, match=rf"^{flag}='bogus' is not allowed: use one of "):
+        model(tokens(), tokens())
 
 
 def test_defaults_are_the_write_ups_best_configuration():
