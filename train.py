@@ -36,8 +36,8 @@ sys.excepthook = train_stop_hook(globals())  # one line, never a traceback
 script_start()
 # -----------------------------------------------------------------------------
 # settings; the defaults train the write-up's model (13 + 13 layers, 150 wide) as its appendix runs
-# did (one A100, 9k steps); a generated task (--dataset=reversal) has its own model and schedule
-out_dir = ""  # folder for ckpt.pt and log.jsonl; "" means out/<dataset>, e.g. out/reversal
+# did (one A100, 9k steps); a generated task of tasks/ has its own small model and schedule
+out_dir = ""  # folder for ckpt.pt and log.jsonl; "" means out/<dataset>
 dataset = "wikipedia"  # data/<dataset>/{train,val}.bin and meta.json, or a task of tasks/
 batch_size = 50  # sequences per micro-batch
 gradient_accumulation_steps = 16  # micro-batches per optimizer step, over all processes together
@@ -71,9 +71,9 @@ globals().update(dict.fromkeys(ModelConfig.flags()))
 defaults = {k: v for k, v in globals().items()
             if not k.startswith("_") and isinstance(v, (bool, int, float, str, type(None)))}
 user_set = configure(globals(), defaults, sys.argv[1:], ModelConfig,
-                     epilog="\n--dataset=reversal uses its own small model and schedule for the "
-                            "settings not given (tasks/reversal.py's DEFAULTS); the write-up's shape "
-                            "on that task: config/reversal_paper.py.")
+                     epilog="\nA generated task, such as --dataset=reversal, uses its own small "
+                            "model and schedule for the settings not given (its module's DEFAULTS, "
+                            "in tasks/).")
 out_dir = out_dir or os.path.join("out", dataset)  # each dataset its own folder
 ckpt_path = os.path.join(out_dir, "ckpt.pt")
 log_path = os.path.join(out_dir, "log.jsonl")
@@ -117,7 +117,7 @@ checks = {  # setting: (is the value allowed?, what to use instead)
     "log_interval": (log_interval >= 1, "use a positive number of steps"),
     "seed": (0 <= seed < 2 ** 63, "use an integer from 0 to 2**63 - 1"),
     "dataset": (re.fullmatch(r"[\w.-]+", dataset) is not None,
-                "give a folder name of data/, or a task of tasks/, e.g. reversal"),
+                "give a folder name of data/, or a task of tasks/"),
 }
 for key, (allowed, fix) in checks.items():
     if not allowed:

@@ -111,6 +111,20 @@ def on_ctrl_c(message, lower="the sizes asked for", compile_off="use --compile=F
     sys.excepthook = hook
 
 
+def peer_gone(error):
+    """The one line for a DDP process whose peer ended (killed, out of memory elsewhere): gloo or
+    NCCL then fails every exchange with it; None for any other error, or without DDP."""
+    names = [kind.__name__ for kind in type(error).__mro__]
+    detail = (str(error).strip() or type(error).__name__).splitlines()[0]
+    detail = re.sub(r"\[[^]]*\.cc:\d+\] ", "", detail).split(". ")[0][:160]  # gloo's source line
+    lost = re.search(r"Connection (reset|closed) by peer|Broken pipe|peer.*(closed|gone)", detail,
+                     re.I)
+    if "RANK" not in os.environ or not (lost or "DistBackendError" in names
+                                        or "DistNetworkError" in names):
+        return None
+    return f"another process of this run ended ({type(error).__name__}: {detail})"
+
+
 def train_stop_hook(run):
     """train.py's excepthook: Ctrl-C (and SIGTERM, SIGHUP) before its loop runs, a second stop in
     it, out of memory, torch.compile without a compiler: one line saying where the last checkpoint
@@ -118,6 +132,8 @@ def train_stop_hook(run):
     def hook(kind, value, tb):
         error = machine_error(value, "--batch_size (a larger --gradient_accumulation_steps keeps "
                                      "the batch per step) or --context_size")
+        setting = " and that setting" if error else ""  # out of memory: lower a setting to go on
+        error = error or peer_gone(value)
         if not issubclass(kind, KeyboardInterrupt) and not error:
             return sys.__excepthook__(kind, value, tb)
         saved = run.get("saved_iter")  # write_atomic removes the temporary file of a save cut short
@@ -126,8 +142,7 @@ def train_stop_hook(run):
             kept = (f"the last checkpoint is {run['ckpt_path']} (iteration {saved}); "
                     f"continue with `{run['resume_command']}`")
         if error:  # in any process: it may be the only one short of memory
-            print(f"error: {error}; {kept}" + " and that setting" * (saved is not None),
-                  file=sys.stderr)
+            print(f"error: {error}; {kept}" + setting * (saved is not None), file=sys.stderr)
         elif int(os.environ.get("RANK", 0)) == 0:
             print(f"interrupted at iteration {run.get('iter_num', 0)}: {kept}", file=sys.stderr)
     return hook

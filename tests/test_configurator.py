@@ -95,6 +95,14 @@ def test_broken_config_file_names_the_file_and_line(workdir, tmp_path, text, lin
     assert "<string>" not in result.stderr
 
 
+@pytest.mark.parametrize("code", [0, None, "bye"])
+def test_a_config_file_that_calls_sys_exit_is_one_line_error_not_a_silent_exit(workdir, tmp_path, code):
+    (tmp_path / "exits.py").write_text(f"import sys\nn_layer = 1\nsys.exit({code!r})\n")
+    result = train(workdir, "out_exits", str(tmp_path / "exits.py"), check=False)
+    assert_one_line_error(result, "exits.py called sys.exit", "remove that call")
+    assert not (workdir / "out_exits").exists()
+
+
 def test_help_lists_every_setting_with_its_default_and_meaning(tmp_path):
     result = run("train.py", "--help", cwd=tmp_path)
     lines = {line.split("=")[0].strip(): line for line in result.stdout.splitlines() if line.startswith("  --")}

@@ -363,3 +363,10 @@ def test_a_split_cut_short_is_one_line_error(trained, tmp_path, cut):
     with pytest.raises(SystemExit) as exit:
         evaluate_in(tmp_path, "--out_dir=run")
     assert_one_line_error(str(exit.value.code), "data/small/val.bin", "prepare it again")
+
+
+def test_help_gives_the_whole_docstring_unbroken():
+    result = run("evaluate.py", "--help", cwd=ROOT)
+    assert "UTF-8 text, its line endings as \\n;" in result.stdout  # a backslash-n, not a line break
+    text = " ".join(result.stdout.split())
+    assert "anything else (a NUL byte, as in a .bin token file, or bytes that are not UTF-8) is refused" in text

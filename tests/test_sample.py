@@ -77,6 +77,13 @@ def test_sample_with_a_broken_or_mismatched_meta_is_one_line_error(workdir, tmp_
     assert_one_line_error(run("sample.py", "--out_dir=out", "--device=cpu", cwd=tmp_path, check=False), *fragments)
 
 
+@pytest.mark.parametrize("start", ["3 \u00b2 1", "3 \u0663 1"], ids=["superscript_two", "arabic_indic_three"])
+def test_a_reversal_prompt_with_a_digit_int_cannot_read_is_one_line_error(reversal_run, start):
+    # str.isdigit() accepts these; int() does not
+    result = run("sample.py", "--out_dir=rev", f"--start={start}", "--device=cpu", cwd=reversal_run, check=False)
+    assert_one_line_error(result, "takes 1 to 5 digits from 1 to 9", repr(start))
+
+
 def test_top_p_beside_greedy_top_k_is_refused_naming_both(workdir):
     """--top_k=1 --top_p=0.5 ignored top_p without a word."""
     result = run("sample.py", "--out_dir=out_full", "--top_k=1", "--top_p=0.5", "--device=cpu", cwd=workdir,

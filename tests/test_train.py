@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 
 import numpy as np
 import pytest
@@ -462,6 +463,41 @@ def test_corrupt_checkpoint_is_refused(workdir):
     assert_one_line_error(result, "unreadable")
 
 
+def flip_bytes_inside_a_tensor(path):
+    """Change 8 bytes in the middle of the largest record of the checkpoint (a zip file): a disk or copy error
+    that torch.load would not notice; returns the record's name."""
+    with zipfile.ZipFile(path) as archive:
+        record = max(archive.infolist(), key=lambda info: info.file_size)
+    data = bytearray(path.read_bytes())
+    # the record's data follow its 30-byte local header, its name and its extra field
+    start = record.header_offset + 30 + int.from_bytes(data[record.header_offset + 26:record.header_offset + 28],
+                                                       "little") \
+        + int.from_bytes(data[record.header_offset + 28:record.header_offset + 30], "little")
+    middle = start + record.file_size // 2
+    data[middle:middle + 8] = bytes(b ^ 0xFF for b in data[middle:middle + 8])
+    path.write_bytes(bytes(data))
+    return record.filename
+
+
+def test_a_damaged_checkpoint_is_refused_by_resume_sample_and_evaluate_naming_its_record(workdir, tmp_path):
+    out = copy_run(workdir, tmp_path)
+    record = flip_bytes_inside_a_tensor(out / "ckpt.pt")
+    assert torch.load(out / "ckpt.pt", weights_only=True)  # torch.load itself reads it without a word
+    for script, args in (("train.py", [*TINY, "--out_dir=out", "--init_from=resume", "--max_iters=8"]),
+                         ("sample.py", ["--out_dir=out", "--device=cpu"]),
+                         ("evaluate.py", ["--out_dir=out", "--device=cpu"])):
+        result = run(script, *args, cwd=tmp_path, check=False)
+        assert_one_line_error(result, "out/ckpt.pt is damaged", f"its record {record} fails its CRC-32 check")
+
+
+def test_a_dataset_whose_meta_json_is_a_folder_is_one_line_error(workdir, tmp_path):
+    shutil.copytree(workdir / "data" / "tiny", tmp_path / "data" / "tiny")
+    (tmp_path / "data" / "tiny" / "meta.json").unlink()
+    (tmp_path / "data" / "tiny" / "meta.json").mkdir()
+    result = train(tmp_path, "out", check=False)
+    assert_one_line_error(result, "data/tiny/meta.json is not a JSON object", "prepare the dataset again")
+
+
 def test_missing_or_mismatched_checkpoint_is_refused(workdir):
     assert_one_line_error(train(workdir, "out_none", "--init_from=resume", check=False), "no checkpoint")
     result = train(workdir, "out_full", "--init_from=resume", "--max_iters=8", "--n_layer=2", check=False)
@@ -756,3 +792,29 @@ def test_on_a_busy_cpu_a_run_takes_one_thread_a_core_that_is_free_and_logs_the_s
     assert f"note: 1 thread, not {os.cpu_count()}: the CPU is busy (load 8.0 on {os.cpu_count()} cores)" in \
         result.stdout or f"note: 1 thread, not " in result.stdout
     assert losses(log(workdir, "out_busy")) == losses(log(workdir, "out_full"))
+
+
+@pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                    reason="torch.distributed with the gloo backend is not available in this torch build")
+def test_ddp_with_a_process_killed_ends_with_one_line_saying_where_the_checkpoint_is(workdir, tmp_path):
+    # rank 1 is killed (kill -9) in the middle of its third step; rank 0 waits for it in the gradient exchange
+    (tmp_path / "wrapper.py").write_text(
+        "import os, runpy, signal, sys, torch\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    clip = torch.nn.utils.clip_grad_norm_\n    calls = []\n"
+        "    def clip_then_die(*args, **kwargs):\n        calls.append(1)\n"
+        "        if len(calls) == 3:\n            os.kill(os.getpid(), signal.SIGKILL)\n"
+        "        return clip(*args, **kwargs)\n"
+        "    torch.nn.utils.clip_grad_norm_ = clip_then_die\n"
+        f"runpy.run_path({os.path.join(ROOT, 'train.py')!r}, run_name='__main__')\n")
+    shutil.copytree(workdir / "data" / "tiny", tmp_path / "data" / "tiny")
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             str(tmp_path / "wrapper.py"), *TINY, "--out_dir=out", "--max_iters=100"],
+                            cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    lines = [re.sub(r"^\[rank\d\]: ", "", line) for line in result.stderr.splitlines()]  # torchrun's prefix
+    lines = [line for line in lines if line.startswith(("error", "interrupted"))]
+    assert len(lines) == 1 and lines[0].startswith("error: another process of this run ended"), result.stderr
+    assert "the last checkpoint is out/ckpt.pt (iteration 2)" in lines[0], result.stderr
+    assert 'train.py", line' not in result.stderr, result.stderr
+    assert torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)["iter_num"] == 2
