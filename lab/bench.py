@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import gc
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -29,8 +30,9 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # also as `python lab/bench.py`
 from configurator import add_flag, argument_parser, read_config
+from machinery.files import write_atomic
 from machinery.hardware import matmul_peak, pick_device, sync
-from machinery.process import machine_error
+from machinery.process import fail, machine_error
 from model import ModelConfig, build_model, logits_needed
 
 CONFIGS = {  # name -> config files; the model flags are read from them, as train.py does
@@ -117,7 +119,11 @@ def peak_memory(path, batch_size, args):
     a fresh process running the step, less that of the process before the model was built."""
     cmd = [sys.executable, __file__, "--memory_of", path, f"--batch_size={batch_size}", f"--device={args.device}",
            f"--dtype={args.dtype}"]
-    return float(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split()[-1])
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if result.returncode:  # its one line (out of memory, say), not a traceback of this process
+        last = (result.stderr.strip().splitlines() or ["(no message)"])[-1].removeprefix("error: ")
+        fail(f"the peak-memory step of {path} at batch {batch_size} failed: {last}")
+    return float(result.stdout.split()[-1])
 
 
 def resident_mib(field):
@@ -412,9 +418,50 @@ def decode_race(args):
 
 
 def write_json(args, **figures):
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(figures, args=vars(args)), f, indent=1)
+    if args.json:  # whole or not at all: a write cut short leaves no half file
+        write_atomic(args.json, json.dumps(dict(figures, args=vars(args)), indent=1).encode())
+
+
+def json_problem(path):
+    """Why --json=path cannot be written at the end of the benchmark, or None: checked before its minutes of work."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return "it is a folder; give a file name, e.g. --json=bench.json"
+    if not os.path.isdir(folder):
+        return f"its folder {folder} does not exist; create it, or give a file in a folder that exists"
+    if not os.access(folder, os.W_OK):  # also a read-only file system, for root too
+        return f"its folder {folder} is not writable; make it writable, or give a file in a folder you can write to"
+    return None
+
+
+def check_flags(args):
+    """Every flag's value, before the first measurement (as train.py checks its settings): one line naming the flag
+    and what to use instead."""
+    names = args.configs.split(",")
+    context = model_config(CONFIGS[names[0]][0]).context_size if names[0] in CONFIGS else None
+
+    def at_least_one(name, what):
+        return getattr(args, name) is None or getattr(args, name) >= 1, f"use 1 or more {what}"
+    checks = {  # flag: (is the value allowed?, what to use instead)
+        "configs": (all(name in CONFIGS for name in names) and len(set(names)) == len(names),
+                    f"use {', '.join(CONFIGS)} or both, comma-separated, e.g. --configs=cpu"),
+        "repeats": at_least_one("repeats", "timed steps, or leave it out for the default"),
+        "batch_size": at_least_one("batch_size", "sequences"),
+        "step_sequences": at_least_one("step_sequences", "sequences"),
+        "sample_batch_size": at_least_one("sample_batch_size", "sequences"),
+        "decode_prompt": (1 <= args.decode_prompt < (context or math.inf),
+                          (f"use 1 to {(context or 2) - 1} tokens: the prompt must leave room for new tokens in "
+                           f"the context of {context}")),
+        "decode_tokens": at_least_one("decode_tokens", "new tokens"),
+        "decode_repeats": at_least_one("decode_repeats", "runs"),
+        "threads": at_least_one("threads", "threads, or leave it out for PyTorch's"),
+        "json": (args.json is None or json_problem(args.json) is None, args.json and json_problem(args.json)),
+    }
+    for name, (allowed, fix) in checks.items():
+        if not allowed:
+            fail(f"--{name}={getattr(args, name)} is not allowed; {fix}")
+    if args.train_only and args.decode_only:
+        fail("--train_only and --decode_only: give one of them (or neither, for the whole benchmark)")
 
 
 def table_line(r, sample_lengths):
@@ -453,9 +500,7 @@ def main():
     args.device, args.dtype = pick_device(args.device, args.dtype)
     if args.memory_of:
         return memory_of(args)
-    for name in ("decode_prompt", "decode_tokens", "decode_repeats", "step_sequences", "batch_size"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            sys.exit(f"error: --{name}={getattr(args, name)} is not allowed; use 1 or more")
+    check_flags(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.decode_only:
@@ -521,7 +566,8 @@ def main():
     write_json(args, peak_flops=peak, rows=rows, decode=decode_race(args))
 
 
-if __name__ == "__main__":
-    from machinery.process import script_start
-    script_start()  # printing never stops it; piped into a reader that stops early, it ends quietly
+if __name__ == "__main__":  # Ctrl-C, SIGTERM, SIGHUP: one line; so is running out of memory
+    from machinery.process import on_ctrl_c
+    on_ctrl_c("the benchmark was stopped; its figures so far are printed above, and no --json file was written",
+              "--batch_size, --sample_batch_size or --step_sequences")
     main()

@@ -18,15 +18,18 @@ Its steps, each in a process of its own with its own time limit (output: gpu_che
 It needs no download: the training steps read a generated dataset of random GPT-2 token ids (data/gpu_check).
 It prints one table, a row per step as it ends: ok, short (it ran, and a figure missed its target) or FAIL (an
 error or its time limit: the last line of its output). Exit status 1 if any step failed, else 0; without a CUDA GPU,
-one line and exit status 1. The table is also written to gpu_check/summary.json.
+one line and exit status 1. The table is also written to gpu_check/summary.json. Ctrl-C (or SIGTERM, SIGHUP) stops the
+check and every running step, whose whole process group gets SIGTERM, then SIGKILL 5 s later: one line, exit status 130.
 """
 import argparse
+import errno
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -36,7 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # also as `python lab/gpu_check.py`
 from configurator import add_flag, argument_parser  # noqa: E402
 from machinery.files import write_atomic  # noqa: E402
-from machinery.process import fail, script_start  # noqa: E402
+from machinery.process import fail, on_ctrl_c  # noqa: E402
 
 VARIANTS = {"baseline": "config/paper_baseline.py", "encdec": "config/paper_encdec_mse_pos_sub.py",
             "parallel": "config/paper_parallel.py"}
@@ -61,32 +64,74 @@ def write_dataset(folder, vocab_size, tokenizer, n_train, n_val):
     write_atomic(os.path.join(folder, "meta.json"), json.dumps(meta, indent=2).encode())
 
 
+STOP, RUNNING, STARTING = threading.Event(), set(), threading.Lock()  # a stop: no step starts; the steps running
+STOP_WAIT = 5  # seconds a step has, once stopped (Ctrl-C) or out of time, to end before its process group is killed
+
+
 def run_command(command, output, timeout, cwd, env):
-    """(exit status or None if it ran out of time, seconds) of command, its output into the file `output`. It runs
-    in a process group of its own, ended whole (as `timeout -k 5`): torch.compile's worker processes outlive their
-    parent and would keep a pipe open, so the output goes to a file, and what is left of the group is killed."""
+    """(exit status or None if it ran out of time or was stopped, seconds) of command, its output into the file
+    `output`. It runs in a process group of its own, ended whole (as `timeout -k 5`): torch.compile's worker processes
+    outlive their parent and would keep a pipe open, so the output goes to a file, and what is left of the group is
+    killed. Its own session keeps the terminal's Ctrl-C from it: stop_steps passes a stop on. Once stopped, it runs
+    nothing."""
     start = time.time()
     with open(output, "w") as f:
-        process = subprocess.Popen(command, stdout=f, stderr=subprocess.STDOUT, cwd=cwd, env=env,
-                                   start_new_session=True)
+        with STARTING:  # stop_steps either sees this process or keeps it from starting
+            if STOP.is_set():
+                return None, 0.0
+            process = subprocess.Popen(command, stdout=f, stderr=subprocess.STDOUT, cwd=cwd, env=env,
+                                       start_new_session=True)
+            RUNNING.add(process)
+        status = None
         try:
             status = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            status = None
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-        process.wait()
-        deadline = time.time() + 5
-        while time.time() < deadline:  # whatever of the group is still there, until it is gone
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                break
-            time.sleep(0.05)
-    return status, time.time() - start
+            pass
+        finally:  # also a stop while this thread (the main one: a race) waits
+            end_group(process, STOP_WAIT)
+            RUNNING.discard(process)
+    return (None if STOP.is_set() else status), time.time() - start
+
+
+def signal_group(process, signum):
+    """Send signum to process's group; whether any of the group was still there."""
+    try:
+        os.killpg(process.pid, signum)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def end_group(process, wait):
+    """End process, if it still runs (SIGTERM to its group, then SIGKILL after `wait` seconds), and whatever of its
+    group is left after it (SIGKILL until none is, 5 s at most)."""
+    if process.poll() is None:
+        signal_group(process, signal.SIGTERM)
+        try:
+            process.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            signal_group(process, signal.SIGKILL)
+    process.wait()
+    deadline = time.time() + 5
+    while time.time() < deadline and signal_group(process, signal.SIGKILL):
+        time.sleep(0.05)
+
+
+def stop_steps():
+    """A stop (Ctrl-C, SIGTERM, SIGHUP) reaches every step: none starts from now on, and each running one's process
+    group gets SIGTERM, then SIGKILL after STOP_WAIT seconds; returns once they have ended."""
+    with STARTING:
+        STOP.set()
+        running = list(RUNNING)
+    for process in running:
+        signal_group(process, signal.SIGTERM)
+    deadline = time.time() + STOP_WAIT
+    for process in running:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            signal_group(process, signal.SIGKILL)
+            process.wait()
 
 
 def last_line(path):
@@ -266,7 +311,7 @@ def target_figure(targets):
 
 
 def main():
-    script_start()
+    on_ctrl_c("the check was stopped before its steps started; run the same command again to check")
     parser = argument_parser(__doc__, "python -m lab.gpu_check")
     parser.add_argument("--out", default="gpu_check", help="folder for its data, runs and each step's output")
     parser.add_argument("--jobs", type=int, default=4, help="steps at a time, before the races (which run alone)")
@@ -281,13 +326,25 @@ def main():
         only = re.compile(args.only)
     except re.error as e:
         fail(f"--only={args.only!r} is not a regular expression ({e}); e.g. --only='race|resume'")
+    args.out = os.path.abspath(args.out)
+    groups = steps(args, sys.executable)
+    side_by_side, alone = ([s for s in group if only.search(s.name)] for group in groups)
+    if not side_by_side + alone:
+        fail(f"--only={args.only!r} matches none of the steps, which are: "
+             f"{', '.join(s.name for group in groups for s in group)}; e.g. --only='race|resume'")
     import torch
     if args.device == "cuda" and not torch.cuda.is_available():
         fail(f"no CUDA GPU is visible here (torch {torch.__version__}, "
              f"{'a CUDA build' if torch.version.cuda else 'a build without CUDA'}); this check is for a machine with "
              f"one (the tests check the same code on a CPU: python -m pytest tests/test_gpu_check.py)")
-    args.out = os.path.abspath(args.out)
-    os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
+    logs = os.path.join(args.out, "logs")
+    try:
+        os.makedirs(logs, exist_ok=True)
+        if not os.access(logs, os.W_OK):  # also a read-only file system, for root too
+            raise PermissionError(errno.EACCES, "not writable")
+    except OSError as e:
+        fail(f"cannot write in --out={args.out} ({logs}: {e.strerror}); give --out a folder you can write to, "
+             f"e.g. --out=/tmp/gpu_check")
     if args.tiny:
         write_dataset(os.path.join(args.out, "data", "gpu_check"), 256, "byte", 20_000, 4_000)
     else:
@@ -295,8 +352,6 @@ def main():
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     if args.tiny:
         env["OMP_NUM_THREADS"] = "1"
-    side_by_side, alone = (
-        [s for s in group if only.search(s.name)] for group in steps(args, sys.executable))
     device = torch.cuda.get_device_name() if args.device == "cuda" else args.device
     n = len(side_by_side) + len(alone)
     print(f"gpu check: {device}, torch {torch.__version__}, {n} step{'s' * (n != 1)} "
@@ -307,12 +362,23 @@ def main():
 
     def run(step):
         status, figure, seconds = step.run(args.out, env, force_failure=step.name == args.fail)
+        if STOP.is_set():  # stopped: no row; the line that says so follows
+            return
         print(f"| {step.name:32} | {status:6} | {figure:60} | {seconds:>7.0f} |", flush=True)
         results.append(dict(step=step.name, status=status, figure=figure, seconds=round(seconds, 1)))
-    with ThreadPoolExecutor(args.jobs) as pool:
+    pool = ThreadPoolExecutor(args.jobs)
+    try:  # not `with`: its exit would wait for the steps before they were told to stop
         list(pool.map(run, side_by_side))
-    for step in alone:
-        run(step)
+        pool.shutdown()
+        for step in alone:
+            run(step)
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP (on_ctrl_c): the steps run in sessions of their own
+        stop_steps()
+        pool.shutdown(wait=True, cancel_futures=True)
+        print(f"interrupted: the check and its running steps were stopped after {len(results)} of {n} steps had "
+              f"ended (their rows are above); each step's output so far is in {args.out}/logs/, and no "
+              f"summary.json was written; run the same command again to check", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
     statuses = [r["status"] for r in results]
     write_atomic(os.path.join(args.out, "summary.json"), json.dumps(dict(device=device, torch=torch.__version__,
                                                                          steps=results), indent=1).encode())

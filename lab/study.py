@@ -13,8 +13,15 @@ random seeds, through train.py: two suites, each resumable (run the same command
 
 Logs go to lab/results/<folder>/<run>_seed<N>/log.jsonl (read by notebooks/02_loss_curves.ipynb); a run whose log
 reaches max_iters is done, one with a checkpoint resumes from it. Checkpoints stay next to the logs (git ignores
-them), for evaluate.py and sample.py, and so that a run can be extended exactly by raising max_iters. Beside each log,
-study.json says whose run it is (suite, config, dataset, settings): a study refuses the runs of another.
+them), for evaluate.py and sample.py, and so that a run can be extended exactly by raising max_iters.
+A study takes as its own, to table, to count as done or to resume, only the run folders it can show are its own:
+  - a study.json beside the log naming this suite, the run's config file and dataset and, when training, the same
+    train.py settings after them (the study writes it before training there; copy the whole folder to keep it), and a
+    ckpt.pt there, if any, trained with those settings;
+  - or, without study.json, a ckpt.pt whose train_config has the run's settings: those of its config file, of the
+    suite and yours (--key=value; none for --summary), and its seed; all but out_dir, init_from, overwrite, max_iters,
+    device, dtype and compile, and the lr_decay_iters and eval_interval that the byte suite sets from max_iters.
+Any other log or checkpoint in a run's folder, or a run of another study, stops it with one line naming the folder.
 Runs with the same seed see the same batches, so each comparison is made seed by seed (paired).
 Any other --key=value goes to every train.py run, after the suite's settings: e.g. --device=cpu --n_layer=1.
 """
@@ -24,6 +31,7 @@ import hashlib
 import json
 import math
 import os
+import pickle
 import queue
 import shlex
 import shutil
@@ -133,7 +141,7 @@ def run_dir(results, run, seed):
 
 
 def run_log(path, keys=("iter", "train_loss", "val_loss")):
-    """The records of a run's log.jsonl (data.read_log: a torn last line left out), each checked to hold a number at
+    """The records of a run's log.jsonl (run_files.read_log: a torn last line left out), each checked to hold a number at
     each of keys, which the study reads; one line naming the log and the fix where one does not."""
     try:
         records = read_log(path)[0]
@@ -156,26 +164,29 @@ def run_record(suite, run, overrides=()):
 
 
 def check_own_runs(suite, results, runs, seeds, overrides=None):
-    """Stop with one line at a run folder that is not the suite's: its study.json (the committed runs have theirs too,
-    and so has a copy) names another suite, config or dataset (one not set by its overrides), or, overrides given
-    (before training), other settings. A log without study.json is the run of the suite whose default folder holds it;
-    in any other folder it is taken as the suite's own. overrides None: for a table (--summary), which the line names."""
-    owner = next((name for name, s in SUITES.items()
-                  if os.path.realpath(os.path.join(ROOT, s["results"])) == os.path.realpath(results)), suite)
-
+    """Stop with one line at a run folder in results that the study cannot show is its own. The folder of one of its
+    runs (<run>_seed<N>) that holds anything (a log, a checkpoint) is its own only where
+      - its study.json (the study writes it before training there, and a copy of the folder keeps it) names this
+        suite, the run's config file and dataset (the dataset unless its overrides set it), and, overrides given
+        (before training), the same train.py settings after them; and its ckpt.pt, if any, was trained with them;
+      - or, without study.json, its ckpt.pt was trained with the run's settings (checkpoint_differences).
+    A log with neither (a copy that lost its study.json, a train.py of other settings) is no run of the study's. Any
+    other folder whose study.json names another suite stops it too. overrides None: for a table (--summary), which
+    the line names; the run's settings are then those its study.json names."""
     def not_ours(folder, theirs, what=""):
         fix = (f"its table is `{study_command(theirs, ['--summary', results_option(results)])}`" if overrides is None
                else f"use the {suite} study's own --results (default {SUITES[suite]['results']}) or a new folder")
         fail(f"{os.path.relpath(folder)} holds a run of the {theirs} study{what}, not of the {suite} study; {fix}")
-    ours = {os.path.basename(run_dir(results, run, seed)): run for run in runs for seed in seeds}
+    ours = {os.path.basename(run_dir(results, run, seed)): (run, seed) for run in runs for seed in seeds}
     others = [name for name in (sorted(os.listdir(results)) if os.path.isdir(results) else []) if name not in ours
-              and any(os.path.exists(os.path.join(results, name, f)) for f in ("log.jsonl", "study.json"))]
+              and os.path.exists(os.path.join(results, name, "study.json"))]
     for name in [*ours, *others]:  # the runs of another suite, named as none of this one's, too
-        folder, run = os.path.join(results, name), ours.get(name)
+        folder, (run, seed) = os.path.join(results, name), ours.get(name, (None, None))
         record_path = os.path.join(folder, "study.json")
         if not os.path.exists(record_path):
-            if owner != suite and os.path.exists(os.path.join(folder, "log.jsonl")):
-                not_ours(folder, owner)
+            if run is not None and any(os.path.exists(os.path.join(folder, f)) for f in ("log.jsonl", "ckpt.pt")):
+                checkpoint_shows(suite, folder, run, seed, {} if overrides is None else check_overrides(overrides),
+                                 record=False)
             continue
         try:
             with open(record_path, encoding="utf-8") as f:
@@ -198,6 +209,61 @@ def check_own_runs(suite, results, runs, seeds, overrides=None):
             given = lambda settings: " ".join(f"--{k}={v}" for k, v in settings.items()) or "no settings"
             fail(f"{os.path.relpath(folder)} was trained with {given(record.get('overrides') or {})} after its "
                  f"config, not with {given(wanted['overrides'])}; give the same to go on, or use another --results")
+        checkpoint_shows(suite, folder, run, seed, record["overrides"], record=True)
+
+
+# the train.py settings in which a run's checkpoint may differ from the run's own: where it was written, how far it
+# goes (a run is extended by raising max_iters), and the hardware it ran on (a resume may change it)
+UNCOMPARED = ("out_dir", "init_from", "overwrite", "max_iters", "device", "dtype", "compile")
+
+
+def schedule_args(suite, max_iters):
+    """The train.py settings a suite gives each run after the user's, set from its max_iters: the byte suite, shorter
+    than its configs, keeps their schedule's shape (the cosine reaches min_lr at the last step), 4 evaluations."""
+    return [f"--lr_decay_iters={max_iters}", f"--eval_interval={max(1, max_iters // 4)}"] if suite == "byte" else []
+
+
+def checkpoint_settings(folder):
+    """The train.py settings saved in folder/ckpt.pt (its train_config); {} where there is no checkpoint, None where
+    it cannot be read. Memory-mapped: its weights are not read."""
+    path = os.path.join(folder, "ckpt.pt")
+    if not os.path.exists(path):
+        return {}
+    import torch
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)["train_config"]
+    except (OSError, RuntimeError, EOFError, ValueError, TypeError, KeyError, pickle.UnpicklingError):  # not train.py's
+        return None
+    return saved if isinstance(saved, dict) and saved else None
+
+
+def checkpoint_differences(suite, run, seed, saved, given):
+    """[(key, the checkpoint's value, the run's)] of each setting in which a checkpoint's train_config (saved) is not
+    the suite's run of this seed: every setting its config file, the suite's train.py arguments and given (the user's
+    settings, {key: value}) set, and the seed; not the UNCOMPARED ones, nor those the suite sets from max_iters."""
+    wanted = {**run_settings(suite, run), **given, "seed": seed}
+    skip = set(UNCOMPARED) | set(parse_overrides(schedule_args(suite, 1)))
+    return [(key, saved[key], value) for key, value in wanted.items()
+            if key in saved and key not in skip and saved[key] != value]
+
+
+def checkpoint_shows(suite, folder, run, seed, given, record):
+    """Stop with one line unless the checkpoint in folder, if any, is of the suite's run (run, seed) with the user's
+    settings given; record: whether the folder has a study.json, without which a checkpoint must show it."""
+    saved, where = checkpoint_settings(folder), os.path.relpath(folder)
+    where = folder if where.startswith(os.pardir) else where  # as given, outside the working folder
+    move = "move the folder out of the way, or use another --results"
+    if not saved and not record:
+        what = "a checkpoint that cannot be read" if saved is None else "a log"
+        fail(f"{where} holds {what} but no study.json, the record of whose run it is, nor a checkpoint of the {suite} "
+             f"study's {run} seed {seed}: the study takes as its own only runs it can show are its own; {move} (a "
+             f"copied run keeps its study.json)")
+    differences = checkpoint_differences(suite, run, seed, saved, given) if saved else []
+    if differences:
+        key, theirs, ours = differences[0]
+        more = f" (and {len(differences) - 1} more setting(s))" if len(differences) > 1 else ""
+        fail(f"{where}/ckpt.pt was trained with {key}={theirs!r}{more}, where the {suite} study's {run} seed {seed} "
+             f"has {key}={ours!r}: it is not the study's run (a train.py of other settings ran there); {move}")
 
 
 def results_option(results):
@@ -238,8 +304,7 @@ def train(suite, results, run, seed, max_iters, overrides=(), gpu=None):
     cmd = [sys.executable, "train.py", config_file(suite, run), f"--seed={seed}",
            f"--out_dir={os.path.relpath(out_dir, ROOT)}", f"--max_iters={max_iters}"]
     cmd += SUITES[suite].get("args", []) + list(overrides)
-    if suite == "byte":  # a shorter study keeps the configs' schedule shape: the cosine reaches min_lr at the last step
-        cmd += [f"--lr_decay_iters={max_iters}", f"--eval_interval={max(1, max_iters // 4)}"]
+    cmd += schedule_args(suite, max_iters)
     cmd += ["--init_from=resume"] if resume else ["--overwrite=True"] if log else []  # a cut run without checkpoint
     if STOP.is_set():  # Ctrl-C: no new runs
         return "not started", None
@@ -1024,31 +1089,66 @@ def study_command(suite, options=()):
     return shlex.join(["python", "-m", "lab.study", f"--suite={suite}", *options])
 
 
-def check_wikitext2_copy(path, split, option, suite):
+def check_wikitext2_copy(path, split, option, suite, prepared=False):
     """Stop with one line unless path holds WikiText-2's `split` file, whatever its line endings (prepare_wikipedia.py
-    reads a Windows copy as the same text): a suite's results are of that text."""
+    reads a Windows copy as the same text): a suite's results are of that text. prepared: the suite's data is
+    prepared already, so that the file would not be read (the fix says so)."""
     name, _, sha256 = WIKITEXT2_FILES[split]
+    dataset = SUITES[suite]["dataset"]
+    leave_out = (f"or leave out {option}: data/{dataset} is already prepared, and {option} is not read then"
+                 if prepared else f"or leave out {option} to download it")
     if not os.path.isfile(path):
-        fail(f"{option}={path} is not a file; give a copy of WikiText-2's {name}, or leave {option} out to download it")
+        fail(f"{option}={path} is not a file; give a copy of WikiText-2's {name}, {leave_out}")
     if hashlib.sha256(read_text(path).encode("utf-8")).hexdigest() != sha256:
         fail(f"{option}={path} is not WikiText-2's {name} (the sha256 of its text, line endings aside, is not "
-             f"{sha256}), the text of the {suite} study; give a copy of that file, or leave out {option} to "
-             f"download it")
+             f"{sha256}), the text of the {suite} study; give a copy of that file, {leave_out}")
+
+
+def check_inputs(suite, input_path, val_input, prepared):
+    """The local copies of a suite's text (--input and --val_input), checked before anything runs, whether or not
+    the suite's data is prepared already (a wrong file is a mistake either way; a prepared dataset is used as it is,
+    which a note says). Returns the arguments that prepare the data from them, or None without --input."""
+    s, dataset = SUITES[suite], SUITES[suite]["dataset"]
+    heldout = "--wikitext2_val=test" in s.get("download", [])  # a held-out val text of its own: test.txt
+    if val_input and not heldout:
+        fail(f"--val_input is the held-out text of the "
+             f"{' and '.join(n for n, x in SUITES.items() if '--wikitext2_val=test' in x.get('download', []))} "
+             f"suites; the {suite} study has none: leave it out")
+    if not input_path:
+        if val_input:
+            fail("--val_input goes with --input (a copy of WikiText-2's valid.txt); give both, or neither to download "
+                 "them")
+        return None
+    if heldout and not val_input and not prepared:
+        val_input = os.path.join(os.path.dirname(input_path), "test.txt")  # beside --input
+    if "--wikitext103" not in s.get("download", []):  # a suite on WikiText-2: that text
+        check_wikitext2_copy(input_path, "valid", "--input", suite, prepared)
+        if val_input:
+            check_wikitext2_copy(val_input, "test", "--val_input", suite, prepared)
+    if prepared:
+        given = "--input and --val_input are" if val_input else "--input is"
+        print(f"note: data/{dataset} is already prepared, so {given} checked but not read (to prepare it again from "
+              f"your copy, move data/{dataset} out of the way first)", flush=True)
+        return None
+    return [f"--input={input_path}", f"--name={dataset}"] + ["--val_input", val_input] * bool(val_input)
 
 
 def main(argv=None):
     parser = argument_parser(__doc__, "python -m lab.study")  # no abbreviations: --seed is not --seeds
     parser.add_argument("--suite", default="gpt2", choices=sorted(SUITES), help="which study (default gpt2)")
     parser.add_argument("--results", default=None,
-                        help="folder of the logs (default: the suite's own, e.g. lab/results/gpt2_study)")
+                        help="folder of the logs (default: the suite's own, e.g. lab/results/gpt2_study); a run "
+                             "folder there counts only if the study can show it is its own: see above")
     parser.add_argument("--max_iters", type=int, default=None, help="steps per run (default: the suite's)")
     parser.add_argument("--seeds", type=int, default=None, help="seeds 0 .. N-1 (default: the suite's)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time on a CPU, one thread each (on CUDA: "
                                                             "one run per visible GPU)")
     parser.add_argument("--input", default=None,
-                        help="a local copy of WikiText-2's valid.txt, instead of downloading it")
-    parser.add_argument("--val_input", default=None, help="gpt2_heldout: a local copy of WikiText-2's test.txt "
-                                                          "(default: test.txt beside --input)")
+                        help="a local copy of WikiText-2's valid.txt to prepare the suite's data from, instead of "
+                             "downloading it; checked to be that file even where the data is prepared already (it is "
+                             "then not read)")
+    parser.add_argument("--val_input", default=None, help="gpt2_heldout, gpt2_next: a local copy of WikiText-2's "
+                                                          "test.txt (default: test.txt beside --input), checked so too")
     add_flag(parser, "--summary", "print the table of finished runs and stop")
     add_flag(parser, "--dry_run", "print the plan and its cost (the time of a few steps of each configuration, "
                                   "measured here), and stop")
@@ -1114,6 +1214,8 @@ def main(argv=None):
              f"or run it tiny on the CPU with --device=cpu --dtype=float32 --compile=False (docs/reproduce.md)")
     for run in suite["runs"] + suite.get("pictures", []):  # every run's model flags, before the first run starts
         run_config(run_settings(args.suite, run, overrides))
+    prepared = bool(dataset_meta({"dataset": suite["dataset"]}))  # meta.json: the last file a preparation writes
+    source = check_inputs(args.suite, args.input, args.val_input, prepared)
     check_own_runs(args.suite, results, suite["runs"] + suite.get("pictures", []),
                    seeds + suite.get("extra_seeds", []), overrides)
     if finished(args.suite, results, seeds, extra_seeds, max_iters):  # as from a fresh clone: no data needed
@@ -1123,15 +1225,8 @@ def main(argv=None):
         return 0
     if os.path.isdir(results):  # one study at a time in a results folder: a second one stops before it prepares
         hold_folder(results, "--results")
-    if not dataset_meta({"dataset": suite["dataset"]}):  # meta.json: the last file a preparation writes
-        source = ([f"--input={args.input}", f"--name={suite['dataset']}"] if args.input else
-                  suite.get("download", ["--wikitext2=valid"]))
-        if args.input and "--wikitext2_val=test" in suite.get("download", []):  # a held-out val text of its own
-            source += ["--val_input", args.val_input or os.path.join(os.path.dirname(args.input), "test.txt")]
-        if args.input and "--wikitext103" not in suite.get("download", []):  # a suite on WikiText-2: that text
-            check_wikitext2_copy(args.input, "valid", "--input", args.suite)
-            if "--val_input" in source:
-                check_wikitext2_copy(source[-1], "test", "--val_input", args.suite)
+    if not prepared:
+        source = source or suite.get("download", ["--wikitext2=valid"])
         if subprocess.run([sys.executable, "prepare_wikipedia.py", *source, *suite["prepare"]], cwd=ROOT).returncode:
             fail(f"could not prepare data/{suite['dataset']}; see the message above")
     make_folder(results, "--results")  # once every check has passed: a refused start leaves no empty folder

@@ -5,10 +5,14 @@ checked by reading them, not here), and its decoding race against Hugging Face's
 """
 import json
 import os
+import signal
+import subprocess
+import sys
 
 import pytest
 
-from conftest import ROOT, config_path, run
+from conftest import (ENV, ROOT, assert_interrupted, assert_one_line_error, config_path, run,
+                      stops_at_their_defaults)
 
 
 def test_quick_bench_reports_every_variant_with_identical_cached_sampling(tmp_path):
@@ -150,7 +154,6 @@ def test_decode_race_runs_in_the_precision_asked_for(tmp_path, monkeypatch):
 
 
 def test_decode_race_on_a_device_that_is_missing_is_one_line():
-    from conftest import assert_one_line_error
     result = run("lab/bench.py", "--decode_only", "--device=cuda", cwd=ROOT, env={"CUDA_VISIBLE_DEVICES": ""},
                  check=False)
     assert_one_line_error(result, "device='cuda' but CUDA is not available here", "--device=cpu")
@@ -178,3 +181,61 @@ def test_training_race_races_a_model_whose_compile_fails_eager_saying_so_in_one_
     lines = [line for line in capsys.readouterr().out.splitlines() if "raced eager instead" in line]
     assert lines == ["train race: ours encdec: torch.compile could not build the model (BackendCompilerFailed: "
                      "TypeError: list indices); use --compile=False; raced eager instead"]
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--configs=bogus"], ["--configs=bogus is not allowed", "use paper, cpu or both"]),
+    (["--configs=cpu,bogus"], ["--configs=cpu,bogus is not allowed"]),
+    (["--repeats=-1"], ["--repeats=-1 is not allowed; use 1 or more timed steps"]),
+    (["--repeats=0"], ["--repeats=0 is not allowed"]),
+    (["--threads=-2"], ["--threads=-2 is not allowed; use 1 or more threads"]),
+    (["--sample_batch_size=0"], ["--sample_batch_size=0 is not allowed; use 1 or more sequences"]),
+    (["--decode_prompt=128"], ["--decode_prompt=128 is not allowed; use 1 to 127 tokens", "context of 128"]),
+    (["--train_only", "--decode_only"], ["--train_only and --decode_only: give one of them"]),
+    (["--json={tmp}/missing/x.json"], ["--json={tmp}/missing/x.json is not allowed",
+                                       "its folder {tmp}/missing does not exist"]),
+    (["--json={tmp}"], ["--json={tmp} is not allowed; it is a folder"])])
+def test_every_flag_is_checked_before_the_first_measurement(tmp_path, monkeypatch, args, fragments):
+    """A bad flag is one line naming it and the fix, before any work: nothing is measured."""
+    from lab import bench
+    for name in ("matmul_peak", "Trainer", "train_race", "decode_race", "memory_bandwidth"):
+        monkeypatch.setattr(bench, name, lambda *a, **k: pytest.fail("measured before its flags were checked"))
+    monkeypatch.setattr("sys.argv", ["lab/bench.py", "--device=cpu", "--configs=cpu",
+                                     *(a.format(tmp=tmp_path) for a in args)])
+    with pytest.raises(SystemExit) as e:
+        bench.main()
+    assert_one_line_error(str(e.value.code), *(f.format(tmp=tmp_path) for f in fragments))
+
+
+def test_json_on_a_read_only_disk_is_refused_before_the_first_measurement(small_disk, monkeypatch):
+    from lab import bench
+    folder = small_disk("read_only", 100, read_only=True)
+    monkeypatch.setattr(bench, "matmul_peak", lambda *a, **k: pytest.fail("measured before its flags were checked"))
+    monkeypatch.setattr("sys.argv", ["lab/bench.py", "--device=cpu", f"--json={folder}/bench.json"])
+    with pytest.raises(SystemExit) as e:
+        bench.main()
+    assert_one_line_error(str(e.value.code), f"--json={folder}/bench.json is not allowed", "is not writable")
+
+
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])  # Ctrl-C; docker, Kubernetes, a cluster's scheduler
+def test_a_stop_during_the_benchmark_is_one_line(tmp_path, stop):
+    fifo = tmp_path / "measuring"
+    os.mkfifo(fifo)
+    code = ("import runpy, signal, sys, configurator\n"  # the first measurement says it started, then goes on
+            f"def measuring(*args, **kwargs):\n    open({str(fifo)!r}, 'w').write('measuring')\n    signal.pause()\n"
+            "machinery.hardware.matmul_peak = measuring\n"
+            "sys.argv = ['lab/bench.py', '--device=cpu', '--configs=cpu', '--quick']\n"
+            f"runpy.run_path({os.path.join(ROOT, 'lab', 'bench.py')!r}, run_name='__main__')\n")
+    process = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=ENV, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=stops_at_their_defaults())
+    try:
+        with open(fifo) as f:
+            assert f.read() == "measuring"
+        process.send_signal(getattr(signal, stop))
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode == 130
+    assert_interrupted(subprocess.CompletedProcess([], 130, "", stderr), "the benchmark was stopped",
+                       "no --json file was written")

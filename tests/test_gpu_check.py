@@ -6,9 +6,14 @@ its table and exit status, a failing step, a step past its time limit, and how i
 import argparse
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 
-from conftest import ROOT, assert_one_line_error, run
+import pytest
+
+from conftest import ENV, ROOT, assert_interrupted, assert_one_line_error, run, stops_at_their_defaults
 
 sys.path.insert(0, os.path.join(ROOT, "lab"))
 import gpu_check  # noqa: E402
@@ -105,3 +110,81 @@ def test_accumulation_check_fails_a_compiled_step_that_lost_a_micro_steps_gradie
     write("compiled_4x8", [1.0, 0.2])  # the gradients of one micro-step of four
     status, figure = steps["accumulation compiled"].check([])
     assert (status, figure) == ("FAIL", "compiled_4x8's gradient norms differ from eager_1x32's by 75.0%")
+
+
+def gone(pid):
+    """Whether process pid has ended: no such process, or a zombie whose parent has not reaped it yet."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] in "ZX"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])  # Ctrl-C; docker, Kubernetes, a cluster's scheduler
+def test_a_stop_reaches_every_running_step_and_the_check_ends_within_seconds_in_one_line(tmp_path, stop):
+    """Its steps run in sessions of their own, which the terminal's Ctrl-C does not reach: the check passes the stop on
+    to each running step's whole process group (a worker process too), kills a step that goes on regardless after a
+    few seconds, starts no other step, writes no summary, and says so in one line."""
+    fifo = tmp_path / "started"
+    os.mkfifo(fifo)
+    step = ("import os, signal, subprocess, sys, time\n"  # a worker process (as torch.compile starts them), then a hang
+            "if sys.argv[1] == 'stubborn':\n"  # a step that goes on after a stop, as compiled steps did for minutes
+            "    for s in (signal.SIGINT, signal.SIGTERM):\n        signal.signal(s, signal.SIG_IGN)\n"
+            "worker = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+            f"open({str(fifo)!r}, 'w').write(f'{{os.getpid()}} {{worker.pid}}\\n')\n"
+            "time.sleep(120)\n")
+    code = ("import sys\n"
+            f"sys.path.insert(0, {os.path.join(ROOT, 'lab')!r})\n"
+            "import gpu_check\n"
+            "gpu_check.STOP_WAIT = 1\n"
+            f"hang = lambda name: gpu_check.Step(name, [[sys.executable, '-c', {step!r}, name]], 600, "
+            "lambda outputs: ('ok', ''))\n"
+            "gpu_check.steps = lambda args, python: ([hang('stubborn'), hang('plain'), hang('third')],\n"
+            "                                        [hang('race')])\n"
+            f"sys.argv = ['gpu_check.py', '--device=cpu', '--tiny', '--jobs=2', '--out={tmp_path / 'out'}']\n"
+            "gpu_check.main()\n")
+    process = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=ENV, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, preexec_fn=stops_at_their_defaults())
+    pids = []
+    try:
+        while len(pids) < 4:  # both steps and their workers started: no waiting on a clock
+            with open(fifo) as f:
+                pids += [int(pid) for line in f.read().splitlines() for pid in line.split()]
+        start = time.monotonic()
+        process.send_signal(getattr(signal, stop))  # to the check alone, as the terminal's Ctrl-C reaches it
+        stdout, stderr = process.communicate(timeout=60)
+        seconds = time.monotonic() - start
+    finally:
+        for pid in [process.pid, *pids]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:  # ended
+                pass
+        process.wait()
+    assert process.returncode == 130 and seconds < 20, (seconds, stderr)
+    assert_interrupted(subprocess.CompletedProcess([], 130, "", stderr), "the check and its running steps were "
+                       "stopped after 0 of 4 steps had ended", f"{tmp_path / 'out'}/logs/", "no summary.json")
+    deadline = time.monotonic() + 10  # a worker killed with its group is reaped by init: at once, or nearly
+    while not all(gone(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(gone(pid) for pid in pids), [pid for pid in pids if not gone(pid)]
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    assert os.read(reader, 100) == b""  # no other step was started
+    os.close(reader)
+    assert "| stubborn" not in stdout and not (tmp_path / "out" / "summary.json").exists()
+
+
+def test_only_matching_no_step_is_one_line_naming_the_steps(tmp_path):
+    result = run("lab/gpu_check.py", "--device=cpu", "--only=no such step", cwd=tmp_path, check=False)
+    assert_one_line_error(result, "--only='no such step' matches none of the steps, which are: train baseline "
+                          "bfloat16 compiled, ", "resume float16, ddp torchrun, ", "race train, race decode")
+    assert os.listdir(tmp_path) == []  # nothing made
+
+
+@pytest.mark.parametrize("where", ["itself", "a folder in it"])
+def test_out_on_a_read_only_disk_is_one_line(small_disk, tmp_path, where):
+    out = small_disk("read_only", 100, read_only=True) / ("" if where == "itself" else "gpu_check")
+    result = run("lab/gpu_check.py", "--device=cpu", "--tiny", f"--out={out}", cwd=tmp_path, check=False)
+    assert_one_line_error(result, f"cannot write in --out={str(out).rstrip('/')} (", "give --out a folder you can "
+                          "write to")

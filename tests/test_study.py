@@ -141,7 +141,8 @@ def test_next_steps_summary_reads_its_references_from_the_heldout_suite_and_corr
     for run, folder in (("baseline", "heldout"), ("encdec_none", "heldout"), ("encdec_none_2_6", "next"),
                         ("encdec_none_6_2", "next")):
         for seed in range(5):
-            write_log(tmp_path / folder / f"{run}_seed{seed}", [0, 1500, 3000])
+            write_log(tmp_path / folder / f"{run}_seed{seed}", [0, 1500, 3000],
+                      suite={"heldout": "gpt2_heldout", "next": "gpt2_next"}[folder])
             path = tmp_path / folder / f"{run}_seed{seed}" / "log.jsonl"
             records = [json.loads(line) for line in open(path)]
             noise = rng.normal(0, 0.01)
@@ -178,6 +179,7 @@ def test_heldout_summary_tests_the_control_and_reports_the_loss_without_test_onl
             records = [dict(r, val_loss_seen_ids=r["val_loss"] - 0.4) for r in records]  # the same, 0.4 lower
             os.makedirs(tmp_path / f"{run}_seed{seed}")
             (tmp_path / f"{run}_seed{seed}" / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+            write_record(tmp_path / f"{run}_seed{seed}", "gpt2_heldout")
     logs = study.summary("gpt2_heldout", str(tmp_path))
     out = capsys.readouterr().out
     assert "Interim" not in out  # every run has all its seeds
@@ -214,7 +216,7 @@ def test_a_study_whose_runs_are_all_done_says_so_and_how_to_train_it_again(tmp_p
     suite = study.SUITES["byte"]
     for run_ in suite["runs"]:
         for seed in suite["seeds"]:
-            write_log(tmp_path / f"{run_}_seed{seed}", [0, 100, suite["max_iters"]])
+            write_log(tmp_path / f"{run_}_seed{seed}", [0, 100, suite["max_iters"]], suite="byte")
     monkeypatch.setattr(study.subprocess, "run", lambda *args, **kw: pytest.fail("data was prepared"))
     monkeypatch.setattr(study.subprocess, "Popen", lambda *args, **kw: pytest.fail("a run was trained"))
     assert study.main(["--suite=byte", f"--results={tmp_path}"]) == 0
@@ -539,12 +541,24 @@ def test_paper_suite_smoke_run_on_the_cpu_every_configuration_then_its_summary(t
             in table)
 
 
-def write_log(folder, iters, last_line=""):
+def write_record(folder, suite="gpt2", overrides=()):
+    """The study.json the suite's study writes into the folder of one of its runs (<run>_seed<N>) before training."""
+    os.makedirs(folder, exist_ok=True)
+    run_ = os.path.basename(folder).rsplit("_seed", 1)[0]
+    with open(os.path.join(folder, "study.json"), "w") as f:
+        json.dump(study.run_record(suite, run_, overrides), f)
+
+
+def write_log(folder, iters, last_line="", suite="gpt2", overrides=()):
+    """A run's log at iters, and the study.json of the suite's run (its study's, trained with overrides; suite None:
+    none)."""
     os.makedirs(folder)
     with open(os.path.join(folder, "log.jsonl"), "w") as f:
         f.writelines(json.dumps({"iter": i, "train_loss": 5 - i / 1000, "val_loss": 6 - i / 2000}) + "\n"
                      for i in iters)
         f.write(last_line)
+    if suite:
+        write_record(folder, suite, overrides)
 
 
 def test_summary_drops_a_torn_last_line_and_names_a_corrupt_one(tmp_path, capsys):
@@ -573,16 +587,18 @@ def test_bad_arguments_are_one_line_errors_before_anything_runs(tmp_path, args, 
     assert_one_line_error(str(exit.value.code), fragment)
 
 
-def test_a_second_study_on_the_same_results_folder_is_refused_saying_who_holds_it(tmp_path):
+def test_a_second_study_on_the_same_results_folder_is_refused_saying_who_holds_it(tmp_path, monkeypatch):
     holder = subprocess.Popen([sys.executable, "-c", "import sys; from machinery import files; files.hold_folder(sys.argv[1], 'x'); "
                                "files.note_holder(sys.argv[1], 'study.py --suite=gpt2'); print('held', flush=True); "
                                "sys.stdin.read()", str(tmp_path)], cwd=ROOT, env=ENV, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline() == "held\n"
+    commands = no_training(monkeypatch)  # were it not refused: nothing downloaded, prepared or trained
     with pytest.raises(SystemExit) as exit:
-        study.main(["--suite=gpt2", f"--results={tmp_path}", "--input=nowhere.txt"])
+        study.main(["--suite=gpt2", f"--results={tmp_path}"])
     assert_one_line_error(str(exit.value.code), f"is in use by pid {holder.pid} (study.py --suite=gpt2")
     holder.communicate("")
+    assert commands == []
 
 
 @pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM", "SIGHUP"])  # Ctrl-C; Colab, docker, Kubernetes; a hang-up
@@ -703,7 +719,7 @@ def test_every_command_a_study_prints_goes_on_with_that_study(tmp_path, monkeypa
     assert trained[2] == trained[0]
     for run_ in study.SUITES["byte"]["runs"]:
         for seed in (0, 1):
-            write_log(tmp_path / "my study" / f"{run_}_seed{seed}", [0, 3])
+            write_log(tmp_path / "my study" / f"{run_}_seed{seed}", [0, 3], suite="byte", overrides=["--n_layer=1"])
     assert study.main(["--suite=byte", *options]) == 0  # every run is done
     [table] = printed_commands(capsys.readouterr().out)
     assert study.main(table) == 0 and tabled == [("byte", str(tmp_path / "my study"), 3, [0, 1])]
@@ -724,24 +740,25 @@ def test_a_copy_of_a_suites_committed_results_is_that_suites_for_every_other_sui
     assert "| baseline |" in capsys.readouterr().out or suite == "gpt2_next"
 
 
-def test_a_study_refuses_the_runs_of_another_study_in_its_results_folder(tmp_path, monkeypatch):
-    """Logs without study.json in the gpt2 study's folder are its runs by the folder they are in, not the byte
-    study's, to train or to table; a run folder the study trained in says whose run it holds (study.json), with
-    which settings after its config."""
+def test_a_copied_results_folder_without_its_study_json_is_no_studys_and_a_run_folder_says_whose_it_is(
+        tmp_path, monkeypatch):
+    """`cp -r lab/results/gpt2_study COPY` that lost its study.json files: no study can show the logs are its runs, so
+    neither the byte study (whose run names they share) nor the gpt2 study tables or trains them, with one line naming
+    the folder; a run folder the study trained in says whose run it holds (study.json), with which settings after its
+    config."""
     commands = no_training(monkeypatch)
-    gpt2 = tmp_path / "gpt2_study"
-    shutil.copytree(os.path.join(ROOT, study.SUITES["gpt2"]["results"]), gpt2)
-    for record in gpt2.glob("*/study.json"):  # as logs from before study.json: the folder says whose they are
+    copy = tmp_path / "copy"
+    shutil.copytree(os.path.join(ROOT, study.SUITES["gpt2"]["results"]), copy)
+    for record in copy.glob("*/study.json"):
         record.unlink()
-    monkeypatch.setitem(study.SUITES["gpt2"], "results", str(gpt2))
-    for extra, fix in (([], "use the byte study's own --results (default lab/results/cpu_study) or a new folder"),
-                       (["--summary"], f"its table is `python -m lab.study --suite=gpt2 --summary --results={gpt2}`")):
-        with pytest.raises(SystemExit) as e:
-            study.main(["--suite=byte", f"--results={gpt2}", *extra])
-        assert_one_line_error(str(e.value.code), "baseline_seed0 holds a run of the gpt2 study, not of the byte study",
-                              fix)
+    for suite in ("byte", "gpt2"):
+        for extra in ([], ["--summary"]):
+            with pytest.raises(SystemExit) as e:
+                study.main([f"--suite={suite}", f"--results={copy}", *extra])
+            assert_one_line_error(str(e.value.code), f"{copy / 'baseline_seed0'} holds a log but no study.json",
+                                  f"nor a checkpoint of the {suite} study's baseline seed 0",
+                                  "only runs it can show are its own", "move the folder out of the way")
     assert commands == []
-    study.check_own_runs("gpt2", str(gpt2), study.SUITES["gpt2"]["runs"], range(5), [])  # its own, without study.json
     mine = tmp_path / "mine"
     study.train("gpt2", str(mine), "baseline", 0, 1200, ["--n_layer=1"])  # fails at once: only study.json is written
     assert json.loads((mine / "baseline_seed0" / "study.json").read_text())["suite"] == "gpt2"
@@ -753,6 +770,62 @@ def test_a_study_refuses_the_runs_of_another_study_in_its_results_folder(tmp_pat
         study.main(["--suite=gpt2", f"--results={mine}", "--n_layer=2"])
     assert_one_line_error(str(e.value.code), "was trained with --n_layer=1 after its config, not with --n_layer=2")
     assert len(commands) == 1  # the one train.py above
+
+
+def fake_checkpoint(folder, suite, run_, run_seed, **changes):
+    """folder/ckpt.pt holding the train_config of train.py's run of the suite's run_ and seed (its config file and
+    the suite's settings over train.py's defaults), with changes: all that a study reads of a checkpoint."""
+    import torch
+    train_config = {**study.train_defaults(), **study.run_settings(suite, run_), "seed": run_seed,
+                    "out_dir": str(folder), **changes}
+    torch.save({"train_config": train_config}, folder / "ckpt.pt")
+
+
+def test_a_train_py_of_other_settings_in_a_run_folder_is_not_the_suites_run_which_its_own_checkpoint_shows(
+        tmp_path, monkeypatch, capsys):
+    """RESULTS/baseline_seed0 where a train.py of other settings ran, its log past the suite's steps, with or without
+    the study.json of an earlier start there: not counted as the suite's finished seed 0, trained on or tabled. The
+    checkpoint of the run's own settings (on other hardware, to other steps) shows the run is the study's, study.json
+    or not."""
+    commands = no_training(monkeypatch)
+    results = tmp_path / "results"
+    for run_ in study.SUITES["byte"]["runs"]:
+        for seed in study.SUITES["byte"]["seeds"]:
+            write_log(results / f"{run_}_seed{seed}", [0, 100, 200], suite="byte")
+    folder = results / "baseline_seed0"
+    (folder / "study.json").unlink()
+    fake_checkpoint(folder, "byte", "baseline", 0, n_layer=2, learning_rate=0.01)
+    for record in (False, True):
+        if record:
+            write_record(folder, "byte")
+        for extra in ([], ["--summary"]):
+            with pytest.raises(SystemExit) as e:
+                study.main(["--suite=byte", f"--results={results}", *extra])
+            assert_one_line_error(str(e.value.code), f"{folder}/ckpt.pt was trained with learning_rate=0.01 (and 1 "
+                                  "more setting(s)), where the byte study's baseline seed 0 has learning_rate=0.002",
+                                  "not the study's run", "move the folder out of the way")
+    (folder / "study.json").unlink()
+    fake_checkpoint(folder, "byte", "baseline", 0, seed=1)  # another seed's
+    with pytest.raises(SystemExit) as e:
+        study.main(["--suite=byte", f"--results={results}", "--summary"])
+    assert_one_line_error(str(e.value.code), "trained with seed=1, where the byte study's baseline seed 0 has seed=0")
+    fake_checkpoint(folder, "byte", "baseline", 0, max_iters=300, lr_decay_iters=300, eval_interval=75,
+                    device="cuda", dtype="bfloat16", compile=True)
+    assert study.main(["--suite=byte", f"--results={results}", "--summary"]) == 0
+    assert study.main(["--suite=byte", f"--results={results}"]) == 0
+    assert "every run of the byte study is done" in capsys.readouterr().out and commands == []
+
+
+def test_help_says_which_runs_a_study_takes_as_its_own(capsys):
+    with pytest.raises(SystemExit) as e:
+        study.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert e.value.code == 0
+    for fragment in ("only the run folders it can show are its own", "a study.json beside the log naming this suite",
+                     "without study.json, a ckpt.pt whose train_config has the run's settings",
+                     "all but out_dir, init_from, overwrite, max_iters, device, dtype and compile",
+                     "Any other log or checkpoint in a run's folder, or a run of another study, stops it"):
+        assert fragment in text, fragment
 
 
 def test_a_study_checks_that_its_input_is_wikitext2_whatever_its_line_endings(tmp_path, monkeypatch):
@@ -772,6 +845,30 @@ def test_a_study_checks_that_its_input_is_wikitext2_whatever_its_line_endings(tm
     assert commands == []
     assert study.main(["--suite=byte", f"--results={tmp_path / 'r'}", f"--input={tmp_path / 'windows.txt'}"]) == 0
     assert commands[0][1:3] == ["prepare_wikipedia.py", f"--input={tmp_path / 'windows.txt'}"]
+
+
+def test_an_input_is_checked_where_the_data_is_prepared_already_and_said_to_be_unread(tmp_path, monkeypatch, capsys):
+    """--input given where the suite's data is prepared: a file that is not WikiText-2's valid.txt is refused, the line
+    saying that the data is prepared and --input not read then; the right file is not read either, which a note says;
+    nothing is prepared."""
+    commands = no_training(monkeypatch)
+    monkeypatch.setattr(study, "dataset_meta", lambda settings: {"vocab_size": 256})  # prepared
+    monkeypatch.setattr(study, "run_all", lambda *args, **kw: 0)
+    text = word_articles(ASCII_WORDS, 4, 30)
+    monkeypatch.setitem(pw.WIKITEXT2_FILES, "valid", ("valid.txt", "sha256", hashlib.sha256(text.encode()).hexdigest()))
+    (tmp_path / "valid.txt").write_text(text)
+    (tmp_path / "other.txt").write_text(text.replace("river", "rivers"))
+    for wrong, fragment in (("other.txt", "is not WikiText-2's valid.txt"), ("missing.txt", "is not a file")):
+        with pytest.raises(SystemExit) as e:
+            study.main(["--suite=byte", f"--results={tmp_path / 'r'}", f"--input={tmp_path / wrong}"])
+        assert_one_line_error(str(e.value.code), f"--input={tmp_path / wrong} {fragment}",
+                              "or leave out --input: data/wikitext2_valid_byte is already prepared, and --input is "
+                              "not read then")
+    assert commands == [] and not (tmp_path / "r").exists()
+    assert study.main(["--suite=byte", f"--results={tmp_path / 'r'}", f"--input={tmp_path / 'valid.txt'}"]) == 0
+    assert ("note: data/wikitext2_valid_byte is already prepared, so --input is checked but not read"
+            in capsys.readouterr().out)
+    assert commands == []  # nothing prepared (and train.py stood in for by run_all)
 
 
 def test_a_refused_study_start_leaves_no_results_folder_behind(tmp_path, monkeypatch):
@@ -799,6 +896,7 @@ def test_a_refused_study_start_leaves_no_results_folder_behind(tmp_path, monkeyp
 def test_summary_of_a_log_that_is_no_run_of_train_py_is_one_line_naming_it(tmp_path, log, fragments):
     write_log(tmp_path / "encdec_none_seed0", [0, 600, 1200])
     os.makedirs(tmp_path / "baseline_seed0" / ("log.jsonl" if log is None else ""))
+    write_record(tmp_path / "baseline_seed0")  # the study's run: its log is what is wrong
     if log is not None:
         (tmp_path / "baseline_seed0" / "log.jsonl").write_text(log + "".join(
             json.dumps({"iter": i, "train_loss": 4.0, "val_loss": 5.0}) + "\n" for i in (600, 1200)))
@@ -845,7 +943,7 @@ def test_dry_run_measures_a_cpu_runs_speed_also_as_python_m_lab_study():
 
 def test_a_train_py_failure_while_picking_the_learning_rate_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(study, "ROOT", str(tmp_path))
-    write_log(tmp_path / "lab" / "results" / "gpt2_study" / "encdec_none_seed0", range(0, 1250, 50))
+    write_log(tmp_path / "lab" / "results" / "gpt2_study" / "encdec_none_seed0", range(0, 1250, 50), suite=None)
     monkeypatch.setattr(study, "run_process", lambda cmd, env: (
         1, "eval 0: ...\nerror: could not write out/log.jsonl: the disk is full\n"))
     with pytest.raises(SystemExit) as e:
