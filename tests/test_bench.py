@@ -221,7 +221,7 @@ def test_json_on_a_read_only_disk_is_refused_before_the_first_measurement(small_
 def test_a_stop_during_the_benchmark_is_one_line(tmp_path, stop):
     fifo = tmp_path / "measuring"
     os.mkfifo(fifo)
-    code = ("import runpy, signal, sys, configurator\n"  # the first measurement says it started, then goes on
+    code = ("import runpy, signal, sys, machinery.hardware\n"  # the first measurement says it started, then goes on
             f"def measuring(*args, **kwargs):\n    open({str(fifo)!r}, 'w').write('measuring')\n    signal.pause()\n"
             "machinery.hardware.matmul_peak = measuring\n"
             "sys.argv = ['lab/bench.py', '--device=cpu', '--configs=cpu', '--quick']\n"
