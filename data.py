@@ -1,14 +1,14 @@
 """
-The data: text and its tokenizers, the dataset folders prepare_wikipedia.py writes, the generated tasks
-of tasks/, and the batches a run trains on.
+The data: text and its tokenizers, the dataset folders prepare_wikipedia.py writes, the generated
+tasks of tasks/, and the batches a run trains on.
 
     data/<dataset>/train.bin, val.bin   token ids, np.uint16, each article followed by end-of-text
     data/<dataset>/meta.json            tokenizer, vocab_size, eot_token, token counts and sums
                                         (and compact_vocab)
     tasks/<task>.py                     a task generated in memory, e.g. --dataset=reversal
 
-Every batch of a run is a function of (seed, iteration) alone (Batches): a resumed run, a DDP run and
-a run that splits a step into other micro-batches train on the same sequences.
+Every batch of a run is a function of (seed, iteration) alone (Batches): a resumed run, a DDP run
+and a run that splits a step into other micro-batches train on the same sequences.
 """
 import functools
 import importlib
@@ -56,9 +56,9 @@ def gpt2_encoding():
 
 def get_tokenizer(name, compact_vocab=None, unknown=None):
     """Returns (encode: str -> list[int], decode: list[int] -> str, vocab_size, eot_token).
-    compact_vocab (meta.json of a --compact_vocab dataset): the GPT-2 id of each dense id 0, 1, ...;
-    a text with tokens outside it stops with one line, or, given a list as `unknown`, has them
-    appended there and left out."""
+    compact_vocab (meta.json of a --compact_vocab dataset): the GPT-2 id of each dense id 0, 1,
+    ...; a text with tokens outside it stops with one line, or, given a list as `unknown`, has
+    them appended there and left out."""
     if compact_vocab is not None:
         encode, decode, _, eot = get_tokenizer(name)
         dense = {token: i for i, token in enumerate(compact_vocab)}
@@ -99,15 +99,15 @@ def get_tokenizer(name, compact_vocab=None, unknown=None):
 
 
 def normalise_newlines(text):
-    """Windows' \\r\\n and a lone \\r as \\n: a copy of a text with other line endings gives the same
-    tokens."""
+    """Windows' \\r\\n and a lone \\r as \\n: a copy of a text with other line endings gives the
+    same tokens."""
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def read_text(path):
     """A text file's contents, line endings normalised, as prepare_wikipedia.py and evaluate.py read
-    one: anything but UTF-8 text (a NUL byte: a token file, UTF-16, the byte tokenizer's end of text)
-    is refused, naming the first bad byte, rather than replaced silently."""
+    one: anything but UTF-8 text (a NUL byte: a token file, UTF-16, the byte tokenizer's end of
+    text) is refused, naming the first bad byte, rather than replaced silently."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -161,12 +161,14 @@ def generated_task(dataset):
 
 def prepare_command(dataset, offline=False):
     """The command that builds data/<dataset> under the default names, for the hint when it is
-    missing. offline: from local copies of the files it downloads (--input PATH/valid.txt: a copy of
-    WikiText-2's valid.txt, checked)."""
-    wikitext2 = re.fullmatch(r"wikitext2_(train|valid|test|all)(?:-(train|valid|test))?_(gpt2|byte)(c?)",
-                             dataset)
+    missing. offline: from local copies of the files it downloads (--input PATH/valid.txt: a copy
+    of WikiText-2's valid.txt, checked)."""
+    splits = "train|valid|test"
+    wikitext2 = re.fullmatch(rf"wikitext2_({splits}|all)(?:-({splits}))?_(gpt2|byte)(c?)", dataset)
     if wikitext2:
-        splits = ["train", "valid", "test"] if wikitext2[1] == "all" else [wikitext2[1], wikitext2[2]]
+        splits = [wikitext2[1], wikitext2[2]]
+        if wikitext2[1] == "all":
+            splits = ["train", "valid", "test"]
         paths = " ".join(f"PATH/{split}.txt" for split in splits if split)
         return (f"python prepare_wikipedia.py --wikitext2={wikitext2[1]} --tokenizer={wikitext2[3]}"
                 + f" --wikitext2_val={wikitext2[2]}" * bool(wikitext2[2])
@@ -197,9 +199,9 @@ def prepare_hint(dataset, tokenizer, compact=False, offline=False):
 
 
 def check_dataset(dataset, block, vocab_size):
-    """data/<dataset>'s meta.json, after checking once at the start, not mid-training, that the token
-    files are whole and of one preparation. vocab_size: the run's, or None (a byte-level config, 256,
-    wants byte tokens)."""
+    """data/<dataset>'s meta.json, after checking once at the start, not mid-training, that the
+    token files are whole and of one preparation. vocab_size: the run's, or None (a byte-level
+    config, 256, wants byte tokens)."""
     data_dir = os.path.join("data", dataset)
     wanted_tokenizer = "byte" if vocab_size is not None and vocab_size <= 256 else "gpt2"
     files = ("train.bin", "val.bin", "meta.json")
@@ -232,7 +234,8 @@ def check_dataset(dataset, block, vocab_size):
             fail(f"{path} has {n_bytes // 2:,} tokens, but meta.json says {split}_tokens="
                  f"{expected:,}: a file cut short, or files of different preparations; {again}")
         if n_bytes == 0 and split == "val":
-            fail(f"{path} is empty (prepared with --val_fraction 0); {again} with --val_fraction 0.05")
+            fail(f"{path} is empty (prepared with --val_fraction 0); {again} with "
+                 f"--val_fraction 0.05")
         if n_bytes // 2 <= block:
             fail(f"{path} has {n_bytes // 2} tokens, too few for context_size={block}; "
                  f"prepare more text or lower --context_size")
@@ -248,9 +251,9 @@ def check_dataset(dataset, block, vocab_size):
 
 
 def find_dataset(dataset, out_dir):
-    """The folder data/<dataset> of a run trained on it: in the working folder, else beside the run's
-    folder or in a folder above it (where the run was trained), else in this repository's folder;
-    None where none holds meta.json."""
+    """The folder data/<dataset> of a run trained on it: in the working folder, else beside the
+    run's folder or in a folder above it (where the run was trained), else in this repository's
+    folder; None where none holds meta.json."""
     repository = os.path.dirname(os.path.abspath(__file__))
     for folder in ["", *reversed(folder_chain(os.path.abspath(out_dir))), repository]:
         if os.path.exists(os.path.join(folder, "data", dataset, "meta.json")):
@@ -259,8 +262,8 @@ def find_dataset(dataset, out_dir):
 
 
 def read_meta(dataset, data_dir=None):
-    """data/<dataset>/meta.json (or data_dir's), for a trained model's tokenizer; one line naming the
-    fix when it is missing or broken."""
+    """data/<dataset>/meta.json (or data_dir's), for a trained model's tokenizer; one line naming
+    the fix when it is missing or broken."""
     meta_path = os.path.join(data_dir or os.path.join("data", dataset), "meta.json")
     if not os.path.exists(meta_path):
         fail(f"{meta_path} not found, and this checkpoint is older than the ones that carry their "
@@ -312,9 +315,9 @@ def open_dataset(dataset, context_size, vocab_size, command):
 
 class Batches:
     """The batches of a run, on its device. source: a dataset folder (random windows of block tokens
-    of its train.bin or val.bin) or a generated task. The sequences of optimizer step `it` are drawn
-    from (seed, it) alone, whatever the micro-batch size, the number of processes and the restarts;
-    the evaluation batches from (seed, split, k), the same at every evaluation."""
+    of its train.bin or val.bin) or a generated task. The sequences of optimizer step `it` are
+    drawn from (seed, it) alone, whatever the micro-batch size, the number of processes and the
+    restarts; the evaluation batches from (seed, split, k), the same at every evaluation."""
 
     def __init__(self, source, block, batch_size, gradient_accumulation_steps, seed, device):
         self.source = source
@@ -343,14 +346,16 @@ class Batches:
         data = np.memmap(path, dtype=np.uint16, mode="r")  # opened anew: its memory does not grow
         ix = rng.integers(len(data) - self.block, size=size)[rows]
         x = torch.from_numpy(np.stack([data[i:i + self.block] for i in ix]).astype(np.int64))
-        y = torch.from_numpy(np.stack([data[i + 1:i + 1 + self.block] for i in ix]).astype(np.int64))
+        y = np.stack([data[i + 1:i + 1 + self.block] for i in ix])
+        y = torch.from_numpy(y.astype(np.int64))
         return x, y
 
     def train(self, it, micro_step):
         """Micro-batch `micro_step` of iteration `it`: its rows of the step's sequences."""
         rows = slice(micro_step * self.batch_size, (micro_step + 1) * self.batch_size)
         rng = np.random.default_rng([self.seed, 0, it, 0])
-        rng.integers(2 ** 62)  # micro-step 0's dropout seed is drawn first, then the step's sequences
+        # micro-step 0's dropout seed is drawn first, then the step's sequences
+        rng.integers(2 ** 62)
         return self.get("train", rng, self.step_size, rows)
 
     def dropout_seed(self, it, micro_step):

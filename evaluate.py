@@ -1,5 +1,4 @@
-r"""
-The loss of a trained model over a whole text: every token once, the same figure on every run.
+r""" The loss of a trained model over a whole text: every token once, the same figure on every run.
 
     python evaluate.py --out_dir=out/wikitext2_valid_gpt2c                 # the run's own val split
     python evaluate.py --out_dir=out/wikitext2_valid_gpt2c --split=train
@@ -12,10 +11,10 @@ scored.
 
 The run's folder is all it needs for --input (the checkpoint carries the tokenizer); its own splits
 are read from data/<dataset>/ in the working folder, else beside the run's folder or in a folder
-above it (where it was trained), else in the repository's folder. A run on a generated task is scored
-as train.py scores it: the share of its held-out sequences (--split=train: of those it trained on)
-that greedy decoding answers exactly. With a compact vocabulary (the GPT-2 configs), tokens that never
-occur in the training text have no id: they are left out of the text and counted
+above it (where it was trained), else in the repository's folder. A run on a generated task is
+scored as train.py scores it: the share of its held-out sequences (--split=train: of those it
+trained on) that greedy decoding answers exactly. With a compact vocabulary (the GPT-2 configs),
+tokens that never occur in the training text have no id: they are left out of the text and counted
 ("tokens_outside_vocab"), as the training log's val_loss_seen_ids leaves out the val tokens whose id
 never occurs in train.bin.
 
@@ -79,9 +78,9 @@ def row_losses(h, weight, targets, rows=256):
 def window_losses(model, tokens, block, batch_size, device, starts=None, autocast=None,
                   progress=None):
     """Yields (targets, losses) of each batch of windows at `starts` (default: window_starts, so
-    every token of `tokens` but the first, in text order), as int64 and float64 arrays. The model is
-    in eval mode for the call (no dropout). Nothing is kept from batch to batch, so memory does not
-    grow with the length of the text."""
+    every token of `tokens` but the first, in text order), as int64 and float64 arrays. The model
+    is in eval mode for the call (no dropout). Nothing is kept from batch to batch, so memory
+    does not grow with the length of the text."""
     was_training = model.training
     model.eval()
     starts = window_starts(len(tokens), block) if starts is None else starts
@@ -181,7 +180,8 @@ def task_accuracy(args, task, dataset, model, autocast):
 
 def main(argv=None):
     parser = argument_parser(__doc__, "python evaluate.py")
-    parser.add_argument("--out_dir", required=True, help="the training run's folder, holding ckpt.pt")
+    parser.add_argument("--out_dir", required=True,
+                        help="the training run's folder, holding ckpt.pt")
     parser.add_argument("--split", default="val", choices=("train", "val"),
                         help="a split of the run's dataset, from data/<dataset>/ here, beside the "
                              "run or above it (a generated task: its held-out sequences, or those "
@@ -232,8 +232,8 @@ def main(argv=None):
     else:
         if data_dir is None:
             fail(f"data/{dataset}/ not found here, beside {args.out_dir} or in a folder above it, "
-                 f"nor in the repository's folder: evaluate where it is, prepare it with {hint}, or "
-                 f"give any text with --input=FILE")
+                 f"nor in the repository's folder: evaluate where it is, prepare it with {hint}, "
+                 f"or give any text with --input=FILE")
         # its text, not only its tokens
         check_same_data(checkpoint, meta, dataset, training=True, data_dir=data_dir)
         source = os.path.join(data_dir, f"{args.split}.bin")

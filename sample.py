@@ -1,6 +1,6 @@
 """
-Sample from a model trained by train.py (its out_dir/ckpt.pt), decoding with the dataset's tokenizer,
-which the checkpoint carries: only the run's folder is needed, from any working folder.
+Sample from a model trained by train.py (its out_dir/ckpt.pt), decoding with the dataset's
+tokenizer, which the checkpoint carries: only the run's folder is needed, from any working folder.
 
     python sample.py --out_dir=out/wikipedia --start="The history of" --num_samples=3
     python sample.py --out_dir=out/wikipedia --start=FILE:prompt.txt --top_p=0.9
@@ -100,7 +100,8 @@ if start is not None and start.startswith("FILE:"):
 if start is not None:
     try:
         start.encode("utf-8")
-    except UnicodeEncodeError:  # bytes that are not UTF-8 arrive from the command line as surrogates
+    # bytes that are not UTF-8 arrive from the command line as surrogates
+    except UnicodeEncodeError:
         fail("the prompt is not valid UTF-8 text; give it as UTF-8, or from a file with "
              "--start=FILE:path")
 torch.manual_seed(args.seed)
@@ -133,9 +134,9 @@ if unknown and start and not start[0].isspace():
               f"before it is not in this model's vocabulary, the tokens of its training text",
               file=sys.stderr)
 if unknown:
-    fail(f"the prompt has {len(unknown)} token(s) outside this model's vocabulary of {n_vocab} (the "
-         f"tokens of its training text), e.g. {get_tokenizer(meta['tokenizer'])[1](unknown[:5])!r}; "
-         f"use words of that text")
+    unknown_text = get_tokenizer(meta["tokenizer"])[1](unknown[:5])
+    fail(f"the prompt has {len(unknown)} token(s) outside this model's vocabulary of {n_vocab} "
+         f"(the tokens of its training text), e.g. {unknown_text!r}; use words of that text")
 skip = 0 if prompt else 1  # an empty prompt starts a new article: its end-of-text is not printed
 prompt = prompt or [eot]
 # generate; prompts longer than the context keep their last context_size tokens

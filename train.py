@@ -2,9 +2,9 @@
 Train the auto-regressive encoder-decoder transformer of "Auto-regressive Encoder-Decoder
 Transformer" (Yan, 2024), its earlier draft's parallel one, or the decoder-only baseline.
 
-    python train.py --dataset=reversal                  # zero-setup demo: a small model reverses digits
-    python train.py config/cpu_baseline.py --max_iters=100  # a config file, then --key=value overrides
-    python train.py --help                              # every setting, its default and what it means
+    python train.py --dataset=reversal          # zero-setup demo: a small model reverses digits
+    python train.py config/cpu_baseline.py      # a config file; --key=value after it overrides it
+    python train.py --help                      # every setting, its default and what it means
     torchrun --standalone --nproc_per_node=8 train.py config/paper_baseline.py   # DDP
 
 A step's sequences are a function of (seed, iteration) (data.Batches): a resumed run and a DDP run
@@ -12,7 +12,6 @@ log exactly an unbroken run's losses. A step split into other micro-batches (bat
 gradient_accumulation_steps kept) has the same gradients, to float rounding, but evaluates other
 sequences: an evaluation batch is batch_size sequences.
 """
-import atexit
 import dataclasses
 import math
 import os
@@ -25,7 +24,7 @@ import torch
 
 from configurator import configure
 from data import Batches, generated_task, open_dataset
-from evaluate import split_losses, window_starts
+from evaluate import split_losses
 from machinery import distributed, files, hardware, run_files
 from machinery.distributed import all_sum, stop_together
 from machinery.process import StopAfterStep, fail, script_start, train_stop_hook
@@ -59,7 +58,7 @@ overwrite = False  # True: a run from scratch may replace the checkpoint and log
 always_save_checkpoint = True  # False: save only when the val loss improves
 seed = 1337  # random seed of the initial weights, batches and dropout
 device = "auto"  # auto (cuda, then mps, then cpu) | cpu | cuda | cuda:N | mps
-dtype = "auto"  # auto (bfloat16 on a GPU that has it, else float16; float32 on a CPU) | float32 | ...
+dtype = "auto"  # auto (a GPU: bfloat16 where it has it, else float16; else float32) | float32 | ...
 compile = False  # torch.compile the model (on one GPU, one micro-batch a step: as CUDA graphs)
 wandb_log = False  # also log each evaluation to Weights & Biases (pip install wandb)
 wandb_project = "ar-encoder-decoder"  # its Weights & Biases project
@@ -97,7 +96,8 @@ if task is not None:  # a generated task: its own small model and short schedule
 # -----------------------------------------------------------------------------
 # checks: every setting's range, before anything is written; one line naming the setting and the fix
 checks = {  # setting: (is the value allowed?, what to use instead)
-    "init_from": (init_from in ("scratch", "resume"), "use --init_from=scratch or --init_from=resume"),
+    "init_from": (init_from in ("scratch", "resume"),
+                  "use --init_from=scratch or --init_from=resume"),
     "batch_size": (batch_size >= 1, "use a positive number of sequences"),
     "gradient_accumulation_steps": (gradient_accumulation_steps >= 1,
                                     "use a positive number of micro-batches"),
@@ -149,8 +149,9 @@ torch.backends.cudnn.allow_tf32 = True
 # -----------------------------------------------------------------------------
 # data: a generated task, or data/<dataset>; every batch fixed by (seed, iteration)
 command = " ".join(["train.py", *sys.argv[1:]])
-source, block, vocab_size, meta = open_dataset(dataset, context_size or ModelConfig.context_size,
-                                               vocab_size, command)
+# context_size and vocab_size: ModelConfig flags, globals since globals().update above
+source, block, vocab_size, meta = open_dataset(
+    dataset, context_size or ModelConfig.context_size, vocab_size, command)  # noqa: F821
 if checkpoint is not None and task is None:  # the same tokens and text as the run so far
     run_files.check_same_data(checkpoint, meta, dataset, training=True)
 batches = Batches(source, block, batch_size, gradient_accumulation_steps, seed, device)
@@ -160,7 +161,8 @@ with stop_together():
 # -----------------------------------------------------------------------------
 # model, optimizer, checkpoint
 try:
-    config = ModelConfig(**{k: globals()[k] for k in ModelConfig.flags() if globals()[k] is not None})
+    config = ModelConfig(**{k: globals()[k] for k in ModelConfig.flags()
+                            if globals()[k] is not None})
 except ValueError as e:
     fail(e)
 iter_num = 0
@@ -276,8 +278,8 @@ def log_and_save(record):
 
 
 def stop_non_finite(what):
-    fail(f"non-finite {what} at iteration {iter_num}: stopped; the last good checkpoint {ckpt_path} "
-         f"is kept. Lower --learning_rate or raise --warmup_iters")
+    fail(f"non-finite {what} at iteration {iter_num}: stopped; the last good checkpoint "
+         f"{ckpt_path} is kept. Lower --learning_rate or raise --warmup_iters")
 
 
 def stop_saving():
@@ -304,8 +306,9 @@ with stop_together():
             wandb_run_id = run_files.start_wandb(wandb, wandb_project, wandb_run_name or out_dir,
                                                  wandb_run_id, train_config)
         run_files.start_log(out_dir, logged, iter_num, init_from == "resume", stop_write_failed)
-        print(f"{config.variant}: {raw_model.num_params():,} parameters; {tokens_per_iter:,} tokens "
-              f"per iteration ({world_size} process{'es' * (world_size > 1)}, {device}, {dtype}); "
+        processes = f"{world_size} process{'es' * (world_size > 1)}"
+        print(f"{config.variant}: {raw_model.num_params():,} parameters; {tokens_per_iter:,} "
+              f"tokens per iteration ({processes}, {device}, {dtype}); "
               + (f"resuming at iteration {iter_num}" if init_from == "resume" else "from scratch"))
         # early, before a long first evaluation: how long the run will take
         meter.estimate(raw_model, batches, autocast, return_logits, eval_iters, source,
@@ -330,7 +333,8 @@ while True:
         break
 
     for micro_step in my_micro_steps:
-        if config.dropout:  # its masks, a step's only random draws, from (seed, it, micro_step) only
+        # dropout's masks, a step's only random draws, from (seed, it, micro_step) alone
+        if config.dropout:
             torch.manual_seed(batches.dropout_seed(iter_num, micro_step))
         x, y = batches.train(iter_num, micro_step)
         # gradients are all-reduced (averaged over processes) only after the last micro-step

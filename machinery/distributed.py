@@ -1,6 +1,6 @@
 """
-Several processes training as one (DDP, started by torchrun): each process its rank, every decision to
-stop taken by all of them together, so that none is left waiting for the others.
+Several processes training as one (DDP, started by torchrun): each process its rank, every decision
+to stop taken by all of them together, so that none is left waiting for the others.
 """
 import math
 import os

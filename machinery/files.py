@@ -24,9 +24,10 @@ def temporary_path(path):
 
 def write_atomic(path, data, on_error=None):
     """Write data (bytes, or a function of the open file) into a temporary file, then rename it over
-    path: a crash or a full disk leaves the previous file whole. A failed or interrupted write removes
-    the temporary file; a failed one then calls on_error(path, error, size), or stops with one line.
-    (Checkpoints go as bytes: torch's zip writer hides a full disk behind an unclear error.)"""
+    path: a crash or a full disk leaves the previous file whole. A failed or interrupted write
+    removes the temporary file; a failed one then calls on_error(path, error, size), or stops
+    with one line. (Checkpoints go as bytes: torch's zip writer hides a full disk behind an
+    unclear error.)"""
     size = None if callable(data) else len(data)
     tmp = temporary_path(path)
     try:
@@ -84,13 +85,14 @@ def make_folder(folder, what="--out_dir"):
     takes them away again)."""
     try:
         folder.encode("utf-8")
-    except UnicodeEncodeError:  # bytes that are not UTF-8 arrive from the command line as surrogates
+    # bytes that are not UTF-8 arrive from the command line as surrogates
+    except UnicodeEncodeError:
         fail(f"{what}={folder!r} is not a UTF-8 name; choose a name of UTF-8 text, e.g. letters, "
              f"digits, '_' and '-'")
     for path in folder_chain(folder):
         if os.path.islink(path) and not os.path.exists(path):
-            fail(f"{what}={folder}: {path} is a broken link, to {os.readlink(path)}, which does not "
-                 f"exist; create that folder, or choose another {what}")
+            fail(f"{what}={folder}: {path} is a broken link, to {os.readlink(path)}, which does "
+                 f"not exist; create that folder, or choose another {what}")
     created = next((path for path in folder_chain(folder) if not os.path.lexists(path)), None)
     try:
         os.makedirs(folder, exist_ok=True)
@@ -107,8 +109,8 @@ def make_folder(folder, what="--out_dir"):
 
 
 def remove_empty_folders(folder, created):
-    """Remove folder and the folders around it up to `created` (make_folder's answer), each if empty:
-    a run that stopped before writing anything leaves no empty folder behind."""
+    """Remove folder and the folders around it up to `created` (make_folder's answer), each if
+    empty: a run that stopped before writing anything leaves no empty folder behind."""
     chain = folder_chain(folder)
     for path in reversed(chain[chain.index(created):] if created else []):
         try:
@@ -118,12 +120,13 @@ def remove_empty_folders(folder, created):
 
 
 def hold_folder(folder, what, shared=False):
-    """Hold folder for this process alone: an OS lock on the folder itself, released when the process
-    ends, even by kill -9. A second process stops with one line saying who holds it (from the notes
-    note_holder writes). shared: a lock that readers hold together (runs on a dataset) and that stops
-    one holding it alone (prepare_wikipedia.py). Holding it again in the same process is no conflict
-    (prepare_wikipedia.main called twice). Where the system or the file system has no locks (Windows,
-    NFS without its lock service), one line warns (the sole holder's)."""
+    """Hold folder for this process alone: an OS lock on the folder itself, released when the
+    process ends, even by kill -9. A second process stops with one line saying who holds it (from
+    the notes note_holder writes). shared: a lock that readers hold together (runs on a dataset)
+    and that stops one holding it alone (prepare_wikipedia.py). Holding it again in the same
+    process is no conflict (prepare_wikipedia.main called twice). Where the system or the file
+    system has no locks (Windows, NFS without its lock service), one line warns (the sole
+    holder's)."""
     if os.path.realpath(folder) in _held:
         return
     if fcntl is None:
@@ -137,7 +140,8 @@ def hold_folder(folder, what, shared=False):
         if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             reason = f"{e.strerror}: its file system has no locks, e.g. NFS without lockd"
             return None if shared else cannot_lock(folder, what, reason)
-        fail(f"{folder} is in use by {holders(folder)}; wait for it to finish, or use another {what}")
+        fail(f"{folder} is in use by {holders(folder)}; wait for it to finish, or use another "
+             f"{what}")
     _held[os.path.realpath(folder)] = fd
 
 
@@ -150,7 +154,8 @@ def holders(folder):
             try:
                 with open(os.path.join(folder, name)) as f:
                     note = f.read().strip()
-                os.kill(int(note.split()[1]), 0)  # a note left by kill -9 names a process that is gone
+                # a note left by kill -9 names a process that is gone
+                os.kill(int(note.split()[1]), 0)
             except PermissionError:  # another user's process: alive
                 pass
             except (OSError, ValueError, IndexError):

@@ -1,6 +1,6 @@
 """
-The device and its clock: which device and precision a script runs in (pick_device), a model compiled
-and checked before a run trusts it, and the timing behind train.py's ETA and MFU (Meter).
+The device and its clock: which device and precision a script runs in (pick_device), a model
+compiled and checked before a run trusts it, and the timing behind train.py's ETA and MFU (Meter).
 """
 import math
 import os
@@ -28,9 +28,9 @@ def pick_device(device, dtype="float32", resumed_from=None):
 
 def pick_device_here(device, dtype="float32"):
     """The device and precision every script runs in, checked in this one place. device: auto (cuda,
-    then mps, then cpu), cpu, cuda, cuda:N or mps; dtype: auto (bfloat16 on a GPU that has it, float16
-    on an older one, float32 elsewhere), float32, bfloat16 or float16. Returns (device, dtype); one
-    line `error: ...` where impossible."""
+    then mps, then cpu), cpu, cuda, cuda:N or mps; dtype: auto (bfloat16 on a GPU that has it,
+    float16 on an older one, float32 elsewhere), float32, bfloat16 or float16. Returns (device,
+    dtype); one line `error: ...` where impossible."""
     has_mps = torch.backends.mps.is_available()
     if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device):
         fail(f"device={device!r} is not allowed; use --device=cpu, cuda, cuda:N, mps or auto")
@@ -64,8 +64,8 @@ def compile_model(raw_model, cuda_graphs, batch, autocast, return_logits, all_su
     one line, where this torch release cannot compile it (in any process: all go on uncompiled).
     cuda_graphs: "reduce-overhead", each step replayed as CUDA graphs, one launch instead of
     hundreds; only on one GPU without gradient accumulation, since a replay writes its gradients
-    into the buffers of the last one, which .grad may still hold, so a sum over micro-steps can lose
-    terms silently (PyTorch issue 96693) or stop with an error (169545)."""
+    into the buffers of the last one, which .grad may still hold, so a sum over micro-steps can
+    lose terms silently (PyTorch issue 96693) or stop with an error (169545)."""
     model = torch.compile(raw_model, mode="reduce-overhead" if cuda_graphs else None)
     error = compile_error(model, raw_model, *batch, autocast, return_logits)
     if not all_sum(error is not None):
@@ -84,7 +84,8 @@ def compile_error(compiled, raw_model, x, y, autocast, return_logits):
     evaluation pass of the compiled model, before a run starts: the error where this torch release
     cannot compile it, else None."""
     try:
-        for _ in range(2):  # without DDP's wrapper (no gradient exchange): DDP compiles its own graphs
+        # without DDP's wrapper (no gradient exchange): DDP compiles its own graphs
+        for _ in range(2):
             with autocast:
                 loss = compiled(x, y, return_logits=return_logits)[1]
             loss.backward()
@@ -104,15 +105,16 @@ def compile_error(compiled, raw_model, x, y, autocast, return_logits):
 
 
 def sync(device):
-    """Wait for the device's queued work, so that a timer measures it (a GPU runs asynchronously)."""
+    """Wait for the device's queued work, so that a timer measures it (a GPU runs asynchronously).
+    """
     if str(device).startswith(("cuda", "mps")):
         getattr(torch, str(device).split(":")[0]).synchronize()
 
 
 def matmul_peak(device, dtype, n, repeats, warmup=2, pick=statistics.median):
-    """FLOP/s of an n x n x n matmul in dtype: the peak that MFU is measured against (here the median
-    of the timed repeats; train.py takes the fastest of 10 with no warm-up, since a CPU has no
-    datasheet peak)."""
+    """FLOP/s of an n x n x n matmul in dtype: the peak that MFU is measured against (here the
+    median of the timed repeats; train.py takes the fastest of 10 with no warm-up, since a CPU
+    has no datasheet peak)."""
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     times = []
     for _ in range(repeats + warmup):
@@ -125,8 +127,8 @@ def matmul_peak(device, dtype, n, repeats, warmup=2, pick=statistics.median):
 
 
 def forward_seconds(model, x, y, autocast, return_logits):
-    """Seconds of one evaluation forward pass (the faster of two: the first warms up); a training step
-    costs ~3."""
+    """Seconds of one evaluation forward pass (the faster of two: the first warms up); a training
+    step costs ~3."""
     was_training = model.training
     seconds = []
     model.eval()
@@ -160,9 +162,9 @@ def percent(fraction):
 
 class Meter:
     """A run's clock: tokens per second since the last evaluation, the ETA, and the model FLOPs
-    utilization (MFU), the model's FLOP/s over the peak of large matmuls timed here (the fastest of
-    10, in the run's dtype; float32's on a CPU, where autocast only tests the GPU's code path), since
-    a CPU has no datasheet peak."""
+    utilization (MFU), the model's FLOP/s over the peak of large matmuls timed here (the fastest
+    of 10, in the run's dtype; float32's on a CPU, where autocast only tests the GPU's code
+    path), since a CPU has no datasheet peak."""
 
     def __init__(self, flops_per_token, tokens_per_iter, max_iters, eval_interval, device, dtype,
                  world_size):
@@ -193,8 +195,8 @@ class Meter:
 
     def mfu(self, tokens_per_sec):
         """The model's FLOP/s over peak_flops. A CPU busy with other work while its peak was timed
-        gives too low a peak: an MFU above 100% times it again, once (the progress line says so if it
-        stays above)."""
+        gives too low a peak: an MFU above 100% times it again, once (the progress line says so
+        if it stays above)."""
         flops = self.flops_per_token * tokens_per_sec / self.world_size
         if flops > self.peak_flops and not self.peak_timed_again:
             self.peak_timed_again = True
@@ -215,7 +217,8 @@ class Meter:
         eval_batches = eval_iters
         if eval_iters == 0:  # every val token once (the windows of evaluate.py)
             val_tokens = os.path.getsize(os.path.join(source, "val.bin")) // 2
-            eval_batches = math.ceil(math.ceil((val_tokens - 1) / batches.block) / batches.batch_size)
+            windows = math.ceil((val_tokens - 1) / batches.block)
+            eval_batches = math.ceil(windows / batches.batch_size)
         self.iter_seconds = 3 * micro_steps * forward
         self.eval_seconds = 2 * eval_batches * forward
         self.first_iter = iter_num
@@ -266,9 +269,9 @@ def warn_if_slow(total, device_type):
     """Warnings before a run that will be slow: a busy CPU, or a run of hours on a CPU."""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0  # Windows has no load average
     if device_type == "cpu" and load > os.cpu_count() - 0.5 and torch.get_num_threads() > 1:
-        print(f"warning: the CPU is busy (load {load:.1f} on {os.cpu_count()} cores), and this run's "
-              f"{torch.get_num_threads()} threads will wait on the others: run several at once with "
-              f"OMP_NUM_THREADS=1 each, as study.py does", flush=True)
+        print(f"warning: the CPU is busy (load {load:.1f} on {os.cpu_count()} cores), and this "
+              f"run's {torch.get_num_threads()} threads will wait on the others: run several at "
+              f"once with OMP_NUM_THREADS=1 each, as study.py does", flush=True)
     if device_type == "cpu" and total > 3 * 3600:
         print(f"warning: this run would take about {duration(total)} on this CPU; for a CPU-sized "
               f"run, try `python train.py config/cpu_baseline.py` (minutes)", flush=True)
@@ -285,7 +288,7 @@ def pick_threads(device):
     load = os.getloadavg()[0]
     threads = max(1, min(torch.get_num_threads(), round(os.cpu_count() - load)))
     if threads < torch.get_num_threads():
-        print(f"note: {threads} thread{'s' * (threads > 1)}, not {torch.get_num_threads()}: the CPU "
-              f"is busy (load {load:.1f} on {os.cpu_count()} cores); OMP_NUM_THREADS=N chooses",
-              flush=True)
+        s = "s" * (threads > 1)
+        print(f"note: {threads} thread{s}, not {torch.get_num_threads()}: the CPU is busy (load "
+              f"{load:.1f} on {os.cpu_count()} cores); OMP_NUM_THREADS=N chooses", flush=True)
         torch.set_num_threads(threads)

@@ -1,7 +1,7 @@
 """
 How a script runs and stops: every stop on bad input is one line `error: ...` naming the problem and
-the fix (`fail`); Ctrl-C, SIGTERM and SIGHUP, running out of memory and a failed torch.compile are one
-line too, never a traceback; printing never stops a script.
+the fix (`fail`); Ctrl-C, SIGTERM and SIGHUP, running out of memory and a failed torch.compile are
+one line too, never a traceback; printing never stops a script.
 """
 import atexit
 import os
@@ -11,17 +11,18 @@ import sys
 
 
 def fail(message):
-    """Stop with `error: message` on stderr and exit status 1; the message names the problem and the fix."""
+    """Stop with `error: message` on stderr and exit status 1; the message names the problem and the
+    fix."""
     raise SystemExit(f"error: {message}")
 
 
 def script_start():
     """What every script does first. Printing never stops it: a character the console cannot show (a
-    Windows code page, PYTHONIOENCODING=ascii, a file name that is not UTF-8) is written escaped, and a
-    reader that stops early (`| head`) ends it quietly. And SIGTERM and SIGHUP (how Colab, clusters,
-    docker and Kubernetes stop a program; a closed terminal) stop it as Ctrl-C does, saying what is
-    kept; a signal ignored where it started (`nohup` ignores SIGHUP, a script's background job SIGINT)
-    stays ignored."""
+    Windows code page, PYTHONIOENCODING=ascii, a file name that is not UTF-8) is written escaped,
+    and a reader that stops early (`| head`) ends it quietly. And SIGTERM and SIGHUP (how Colab,
+    clusters, docker and Kubernetes stop a program; a closed terminal) stop it as Ctrl-C does,
+    saying what is kept; a signal ignored where it started (`nohup` ignores SIGHUP, a script's
+    background job SIGINT) stays ignored."""
     end_quietly_without_reader()
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):  # not when a test has replaced it
@@ -30,7 +31,8 @@ def script_start():
     stops = [getattr(signal, name) for name in names if hasattr(signal, name)]
     stops = [stop for stop in stops if signal.getsignal(stop) != signal.SIG_IGN]
 
-    def stop_once(signum, frame):  # a second stop (a study's runs, then the study itself) is ignored
+    # a second stop (a study's runs, then the study itself) is ignored
+    def stop_once(signum, frame):
         for stop in stops:
             # not SIG_IGN: a stop already on its way would print a warning
             signal.signal(stop, lambda *args: None)
@@ -41,8 +43,9 @@ def script_start():
 
 def end_quietly_without_reader():
     """Output piped into a reader that stops early (`python train.py -h | head -3`) ends the script
-    quietly: exit status 1 where a write found the reader gone (the script stops there), the script's
-    own where only the last buffered output was left unread; no BrokenPipeError traceback either way."""
+    quietly: exit status 1 where a write found the reader gone (the script stops there), the
+    script's own where only the last buffered output was left unread; no BrokenPipeError
+    traceback either way."""
     def drop_output():  # no reader: the rest goes to os.devnull, so the last flush cannot fail
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -59,14 +62,15 @@ def end_quietly_without_reader():
         if issubclass(kind, BrokenPipeError):
             return drop_output()
         return previous(kind, value, tb)
-    atexit.register(flush)  # before the interpreter's own last flush, which would print "Exception ignored"
+    # before the interpreter's own last flush, which would print "Exception ignored"
+    atexit.register(flush)
     sys.excepthook = hook
 
 
 def machine_error(error, lower, compile_off="use --compile=False"):
     """The one line for an error of the machine rather than of the input, None for any other error:
-    out of memory (CPU or GPU), naming the settings to lower, or a torch.compile that found no working
-    C++ compiler."""
+    out of memory (CPU or GPU), naming the settings to lower, or a torch.compile that found no
+    working C++ compiler."""
     detail = str(error).strip() or type(error).__name__
     detail = re.sub(r"\[enforce fail at [^]]*\] (data\. )?", "", detail)
     # e.g. CUDA out of memory. Tried to allocate 2.00 GiB
@@ -83,7 +87,8 @@ def machine_error(error, lower, compile_off="use --compile=False"):
 
 
 def compile_failure(error, compile_off="use --compile=False"):
-    """The one line for a torch.compile that failed, whatever the torch release and the error's class."""
+    """The one line for a torch.compile that failed, whatever the torch release and the error's
+    class."""
     # BackendCompilerFailed: the backend's own error
     while getattr(error, "inner_exception", None) is not None:
         error = error.inner_exception
@@ -94,10 +99,10 @@ def compile_failure(error, compile_off="use --compile=False"):
 
 
 def on_ctrl_c(message, lower="the sizes asked for", compile_off="use --compile=False"):
-    """Make Ctrl-C, SIGTERM and SIGHUP stop the script with one line, `interrupted: message` (what is
-    kept, how to go on), and exit status 130, instead of a traceback; running out of memory (lower: the
-    settings to lower) or a failed torch.compile, with one line `error: ...`. Also script_start's
-    printing that never fails."""
+    """Make Ctrl-C, SIGTERM and SIGHUP stop the script with one line, `interrupted: message` (what
+    is kept, how to go on), and exit status 130, instead of a traceback; running out of memory
+    (lower: the settings to lower) or a failed torch.compile, with one line `error: ...`. Also
+    script_start's printing that never fails."""
     script_start()
 
     def hook(kind, value, tb, previous=sys.excepthook):
@@ -166,6 +171,7 @@ class StopAfterStep:
         if self.requested:  # a second stop: at once
             raise KeyboardInterrupt
         self.requested = True
-        if int(os.environ.get("RANK", 0)) == 0:  # at once, on stdout: the run's one last line follows
+        # at once, on stdout: the run's one last line follows on stderr
+        if int(os.environ.get("RANK", 0)) == 0:
             print(f"{signal.Signals(signum).name}: finishing this step, then saving a checkpoint "
                   f"(a second stop ends the run at once)", flush=True)

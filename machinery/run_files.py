@@ -1,8 +1,9 @@
 """
-A run's folder, <out_dir>: its checkpoint and its log, and the checks that they belong together and to
-the data a model was trained on.
+A run's folder, <out_dir>: its checkpoint and its log, and the checks that they belong together and
+to the data a model was trained on.
 
-    ckpt.pt     model_config, model, optimizer, scaler, iter_num, tokens, best_val_loss, train_config,
+    ckpt.pt     model_config, model, optimizer, scaler, iter_num, tokens, best_val_loss,
+                train_config, grad_norm,
                 wandb_run_id, dataset_meta (the tokenizer record), rng, log (the records its run
                 logged, up to iter_num)
     log.jsonl   one JSON record per evaluation
@@ -23,8 +24,8 @@ from model import ModelConfig, build_model
 
 
 def load_checkpoint(out_dir, device="cpu", fix="use another run's --out_dir"):
-    """(checkpoint dict, model with its weights, in eval mode) of out_dir/ckpt.pt, or one line saying
-    what is wrong."""
+    """(checkpoint dict, model with its weights, in eval mode) of out_dir/ckpt.pt, or one line
+    saying what is wrong."""
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
     if not os.path.exists(ckpt_path):
         fail(f"no checkpoint at {ckpt_path}; train one with train.py --out_dir={out_dir}, "
@@ -69,8 +70,8 @@ def write_failed(run):
 
 
 def write_checkpoint(path, checkpoint, on_error=None):
-    """torch.save, in memory first (torch's zip writer turns a full disk into an unclear error), then
-    written whole by write_atomic."""
+    """torch.save, in memory first (torch's zip writer turns a full disk into an unclear error),
+    then written whole by write_atomic."""
     buffer = io.BytesIO()
     torch.save(checkpoint, buffer)
     write_atomic(path, buffer.getbuffer(), on_error=on_error)
@@ -82,11 +83,12 @@ def check_fresh(out_dir):
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
     log_path = os.path.join(out_dir, "log.jsonl")
     if os.path.exists(ckpt_path):
-        fail(f"{ckpt_path} already holds a trained model; continue it with --init_from=resume, train "
-             f"in another --out_dir, or replace it with --overwrite=True")
-    if os.path.exists(log_path):  # a log without its checkpoint, such as a study's committed results
-        fail(f"{log_path} holds the log of an earlier run; train in another --out_dir, or replace it "
-             f"with --overwrite=True")
+        fail(f"{ckpt_path} already holds a trained model; continue it with --init_from=resume, "
+             f"train in another --out_dir, or replace it with --overwrite=True")
+    # a log without its checkpoint, such as a study's committed results
+    if os.path.exists(log_path):
+        fail(f"{log_path} holds the log of an earlier run; train in another --out_dir, or replace "
+             f"it with --overwrite=True")
 
 
 def resume(out_dir, settings, user_set, master):
@@ -151,8 +153,8 @@ def rng_states(device_type):
 
 def read_log(path):
     """The records of a run's log.jsonl (one JSON object per evaluation) and whether its last line
-    was torn, cut short by a crash or a full disk, and left out; a broken line before the last stops
-    with one line naming it."""
+    was torn, cut short by a crash or a full disk, and left out; a broken line before the last
+    stops with one line naming it."""
     if not os.path.exists(path):
         return [], False
     if os.path.isdir(path):
@@ -173,8 +175,8 @@ def read_log(path):
 
 
 def append_log(path, record, on_error=None):
-    """Append one record to a run's log.jsonl; a line cut short by a full disk is dropped at the next
-    resume."""
+    """Append one record to a run's log.jsonl; a line cut short by a full disk is dropped at the
+    next resume."""
     try:
         with open(path, "a") as f:
             f.write(json.dumps(record) + "\n")
@@ -185,10 +187,10 @@ def append_log(path, record, on_error=None):
 
 
 def checkpoint_log(path, checkpoint, ckpt_path):
-    """The records a resumed run has logged up to its checkpoint: those the checkpoint carries (older
-    checkpoints carry none: then those of the log at path), after checking that the log at path is
-    that run's, in which every evaluation both hold is the same. Another run's checkpoint in the
-    folder stops with one line, the log untouched."""
+    """The records a resumed run has logged up to its checkpoint: those the checkpoint carries
+    (older checkpoints carry none: then those of the log at path), after checking that the log at
+    path is that run's, in which every evaluation both hold is the same. Another run's checkpoint
+    in the folder stops with one line, the log untouched."""
     records = read_log(path)[0]
     iter_num = checkpoint["iter_num"]
     carried = checkpoint.get("log")
@@ -245,8 +247,8 @@ def check_same_data(checkpoint, meta, dataset, training=False, data_dir=None):
         text_only = set(changed) <= {"train_token_sum", "val_token_sum"}
         what = "its text" if text_only else "its tokens"
         hint = prepare_hint(dataset, trained.get("tokenizer", "gpt2"), "compact_vocab" in trained)
-        fail(f"{data_dir or 'data/' + dataset} was prepared again since this model was trained on it "
-             f"({what} differ: {', '.join(changed)}); prepare it as it was for training: {hint}")
+        fail(f"{data_dir or 'data/' + dataset} was prepared again since this model was trained on "
+             f"it ({what} differ: {', '.join(changed)}); prepare it as it was for training: {hint}")
 
 
 def check_tokenizer_record(meta, checkpoint, where, fix):
@@ -264,7 +266,8 @@ def check_tokenizer_record(meta, checkpoint, where, fix):
     if tokenizer not in ("gpt2", "byte"):
         problem = f"names the tokenizer {tokenizer!r}, not gpt2 or byte"
     elif compact is not None and tokenizer != "gpt2":
-        problem = f"has a compact_vocab, which renumbers gpt2 tokens, beside the {tokenizer} tokenizer"
+        problem = (f"has a compact_vocab, which renumbers gpt2 tokens, beside the {tokenizer} "
+                   f"tokenizer")
     elif compact is not None and not (type(compact) is list and len(set(compact)) == len(compact)
                                       and all(type(i) is int and 0 <= i < 50257 for i in compact)):
         problem = "has a compact_vocab that is not a list of distinct GPT-2 token ids"
@@ -279,7 +282,8 @@ def check_tokenizer_record(meta, checkpoint, where, fix):
         if meta.get("vocab_size", n) != n:
             problem = f"says vocab_size={meta['vocab_size']!r}, but {what}"
         elif meta.get("eot_token", eot_id) != eot_id:
-            problem = f"says eot_token={meta['eot_token']!r}, but {what}, with end-of-text at {eot_id}"
+            problem = (f"says eot_token={meta['eot_token']!r}, but {what}, with end-of-text at "
+                       f"{eot_id}")
         elif n > vocab_size or (n != vocab_size and set_by_user is None):
             problem = f"does not fit the model: {what}, the model has vocab_size={vocab_size}"
     if problem:
@@ -288,9 +292,9 @@ def check_tokenizer_record(meta, checkpoint, where, fix):
 
 def trained_meta(checkpoint, ckpt_path, data_dir=None):
     """The meta.json of the dataset the checkpoint's model was trained on (its tokenizer, compact
-    vocabulary): that of data_dir (default data/<dataset> in the working folder) where there is one,
-    checked against the model, else the copy the checkpoint carries, checked too, so that sample.py
-    and evaluate.py need only the run's folder."""
+    vocabulary): that of data_dir (default data/<dataset> in the working folder) where there is
+    one, checked against the model, else the copy the checkpoint carries, checked too, so that
+    sample.py and evaluate.py need only the run's folder."""
     dataset = checkpoint["train_config"]["dataset"]
     carried = checkpoint.get("dataset_meta") or {}
     data_dir = data_dir or os.path.join("data", dataset)
@@ -305,8 +309,8 @@ def trained_meta(checkpoint, ckpt_path, data_dir=None):
     meta = read_meta(dataset, data_dir)
     trained = carried.get("tokenizer", meta["tokenizer"])  # older checkpoints do not say
     if meta["tokenizer"] != trained or meta.get("vocab_size", 0) > vocab_size:
-        fail(f"{meta_path} says the {meta['tokenizer']} tokenizer ({meta.get('vocab_size')} tokens), "
-             f"but the model in {ckpt_path} was trained on {trained} tokens "
+        fail(f"{meta_path} says the {meta['tokenizer']} tokenizer ({meta.get('vocab_size')} "
+             f"tokens), but the model in {ckpt_path} was trained on {trained} tokens "
              f"(vocab_size={vocab_size}): {data_dir} was prepared again with another tokenizer; "
              f"prepare it as it was for training")
     check_same_data(checkpoint, meta, dataset, data_dir=data_dir)

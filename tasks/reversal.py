@@ -1,12 +1,12 @@
 """
-The task of the sequence-reversal study ("Simple Transformer Implementation"), reversing 1..5 digits,
-posed as language modelling: the zero-setup quick start of train.py (--dataset=reversal).
+The task of the sequence-reversal study ("Simple Transformer Implementation"), reversing 1..5
+digits, posed as language modelling: the zero-setup quick start of train.py (--dataset=reversal).
 
 A sequence x of 1..5 digits (tokens 1..9) becomes one training sequence
     [START] x [SEP] reversed(x) [PAD ...]        e.g. 10 3 5 4 11 4 5 3 0 0 0 0
-and the loss is taken only where the model writes reversed(x). Every digit sequence of each
-length is enumerated and a fixed part of each length is held out (same split for every run),
-so the exact-sequence accuracy is measured on sequences the model never trained on.
+and the loss is taken only where the model writes reversed(x). Every digit sequence of each length
+is enumerated and a fixed part of each length is held out (same split for every run), so the
+exact-sequence accuracy is measured on sequences the model never trained on.
 """
 import functools
 
@@ -72,7 +72,8 @@ def encode(xs):
 
 
 def batch_of(sequences, batch_size, rng):
-    """A batch with lengths drawn uniformly (long sequences would otherwise swamp the short ones)."""
+    """A batch with lengths drawn uniformly (long sequences would otherwise swamp the short ones).
+    """
     lengths = [n for n in sequences if len(sequences[n])]
     xs = []
     for n in rng.choice(lengths, size=batch_size):
@@ -113,8 +114,8 @@ def score(model, split_name, device):
 
 
 def prompts(start, num_samples, seed):
-    """sample.py's prompts [START] x [SEP], each with the number of tokens to generate: the digits of
-    `start` (e.g. "3 5 4 2 1"), or num_samples random digit sequences."""
+    """sample.py's prompts [START] x [SEP], each with the number of tokens to generate: the digits
+    of `start` (e.g. "3 5 4 2 1"), or num_samples random digit sequences."""
     if start is None:
         rng = np.random.default_rng(seed)
         xs = [list(rng.integers(1, 10, size=rng.integers(1, MAX_LEN + 1)))
@@ -131,4 +132,5 @@ def prompts(start, num_samples, seed):
 
 def show(prompt, answer):
     """A prompt and its answer as sample.py prints them: 3 5 4 -> 4 5 3."""
-    return " ".join(str(int(d)) for d in prompt[1:-1]) + " -> " + " ".join(str(int(i)) for i in answer)
+    digits = " ".join(str(int(d)) for d in prompt[1:-1])
+    return digits + " -> " + " ".join(str(int(i)) for i in answer)
