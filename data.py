@@ -143,6 +143,53 @@ def split_wikitext(text, name):
             articles.append({"title": match.group(1) if match else name, "text": body})
     return articles
 
+def load_jsonl(path):
+    """Reads one article per line into {pageid: article}, the first copy of a page wins.
+    Returns (articles, clean); clean is False when a truncated last line was dropped."""
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    clean = lines[-1] == b""  # every complete line ends with a newline
+    lines = [line for line in lines if line.strip()]
+    articles = {}
+    for i, line in enumerate(lines):
+        try:
+            article = json.loads(line)
+        except ValueError:
+            # only an unfinished last line can be cut short by a crash
+            if i < len(lines) - 1 or clean:
+                fail(f"{path} line {i + 1} is not JSON; fix or delete that line")
+            clean = False  # a crash cut the last line short: drop it
+            continue
+        if not (isinstance(article, dict) and isinstance(article.get("text"), str)
+                and "pageid" in article):
+            fail(f"{path} line {i + 1} is not a {{\"pageid\", \"title\", \"text\"}} JSON object "
+                 f"with text as a string; fix or delete that line")
+        title = str(article.get("title", ""))
+        text = normalise_newlines(article["text"])
+        articles.setdefault(article["pageid"],
+                            {"pageid": article["pageid"], "title": title, "text": text})
+    return articles, clean
+
+
+def read_articles(path):
+    """The articles of a text file (split at its WikiText title lines) or of a .jsonl file of
+    {"pageid", "title", "text"} records: prepare_wikipedia.py's --input, and evaluate.py's."""
+    if path.endswith(".jsonl"):
+        return list(load_jsonl(path)[0].values())
+    return split_wikitext(read_text(path), os.path.basename(path))
+
+
+def without_nul(articles):
+    """The articles with every NUL character taken out of their text (and their token ids)."""
+    num_nul = sum(a["text"].count("\0") for a in articles)
+    if not num_nul:
+        return articles
+    # NUL is the byte tokenizer's end-of-text: it must not occur inside an article
+    articles = [{**{k: v for k, v in a.items() if k != "ids"}, "text": a["text"].replace("\0", "")}
+                for a in articles]  # tokenized again
+    print(f"removed {num_nul} NUL characters from the articles' text")
+    return articles
+
 # -----------------------------------------------------------------------------
 # datasets: data/<dataset>/, and the generated tasks of tasks/
 

@@ -5,9 +5,10 @@ r""" The loss of a trained model over a whole text: every token once, the same f
     python evaluate.py --out_dir=out/wikitext2_valid_gpt2c --input=my.txt  # any text, its tokenizer
     python evaluate.py --out_dir=out/reversal                  # a generated task: held-out accuracy
 
---input is read as prepare_wikipedia.py reads a text file: UTF-8 text, its line endings as \n;
-anything else (a NUL byte, as in a .bin token file, or bytes that are not UTF-8) is refused, not
-scored.
+--input is read as prepare_wikipedia.py reads it: a text file is UTF-8 text, its line endings as
+\n, anything else (a NUL byte, as in a .bin token file, or bytes that are not UTF-8) refused, not
+scored; a .jsonl file holds one article a line, {"pageid", "title", "text"}, and only their text
+is scored.
 
 The run's folder is all it needs for --input (the checkpoint carries the tokenizer); its own splits
 are read from data/<dataset>/ in the working folder, else beside the run's folder or in a folder
@@ -39,7 +40,7 @@ import torch
 
 from configurator import add_flag, argument_parser
 from data import find_dataset, generated_task, get_tokenizer, gpt2_encoding, prepare_hint
-from data import read_text, split_wikitext
+from data import read_articles, without_nul
 from machinery.hardware import pick_device
 from machinery.process import fail, on_ctrl_c
 from machinery.run_files import check_same_data, load_checkpoint, trained_meta
@@ -219,11 +220,10 @@ def main(argv=None):
     unknown = []  # the text's tokens outside a compact vocabulary
     hint = prepare_hint(dataset, meta["tokenizer"], "compact_vocab" in meta)
     if args.input:
-        # as prepare reads a text file: UTF-8 without NUL, else refused in one line
-        text = read_text(args.input)
+        # as prepare_wikipedia.py reads it: a text file (UTF-8 without NUL, else refused in one
+        # line) cut into articles at its title lines, or a .jsonl file of articles
+        articles = without_nul(read_articles(args.input))
         encode, _, _, eot = get_tokenizer(meta["tokenizer"], meta.get("compact_vocab"), unknown)
-        articles = split_wikitext(text, os.path.basename(args.input))  # as prepare_wikipedia cuts
-        del text
         tokens = [np.zeros(0, np.uint16)]  # 2 bytes a token
         while articles:
             tokens.append(np.array(encode(articles.pop(0)["text"]) + [eot], np.uint16))

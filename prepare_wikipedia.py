@@ -36,7 +36,8 @@ import requests
 import urllib3
 
 from configurator import add_flag, argument_parser
-from data import get_tokenizer, normalise_newlines, read_text, split_wikitext
+from data import (generated_task, get_tokenizer, load_jsonl, read_articles, split_wikitext,
+                  without_nul)
 from machinery.files import (hold_folder, make_folder, note_holder, release_folder,
                              remove_empty_folders, remove_stale_temporaries, write_atomic)
 from machinery.process import fail, on_ctrl_c
@@ -87,9 +88,7 @@ ASSUMED_MB_PER_S = 10  # for the time announced before a download starts
 WRITE_UP_TOKENS = {"train": 38_276_830, "val": 4_341_780}
 # dataset names the scripts give a meaning of their own, so a dataset prepared under one would
 # never be read as such
-RESERVED_NAMES = {
-    "reversal": "train.py --dataset=reversal trains its built-in digit-reversal task, "
-                "not data/reversal",
+RESERVED_NAMES = {  # and the names of the generated tasks of tasks/
     "wikitext-2": "it is the folder of the downloaded WikiText-2 files",
     "wikitext-103": "it is the folder of the downloaded WikiText-103 files",
 }
@@ -269,34 +268,6 @@ def fetch_articles(api_url, num_articles, min_chars, retry_delay, articles, cach
             print()  # end the progress line, also before an error message
 
 
-def load_jsonl(path):
-    """Reads one article per line into {pageid: article}, the first copy of a page wins.
-    Returns (articles, clean); clean is False when a truncated last line was dropped."""
-    with open(path, "rb") as f:
-        lines = f.read().split(b"\n")
-    clean = lines[-1] == b""  # every complete line ends with a newline
-    lines = [line for line in lines if line.strip()]
-    articles = {}
-    for i, line in enumerate(lines):
-        try:
-            article = json.loads(line)
-        except ValueError:
-            # only an unfinished last line can be cut short by a crash
-            if i < len(lines) - 1 or clean:
-                fail(f"{path} line {i + 1} is not JSON; fix or delete that line")
-            clean = False  # a crash cut the last line short: drop it
-            continue
-        if not (isinstance(article, dict) and isinstance(article.get("text"), str)
-                and "pageid" in article):
-            fail(f"{path} line {i + 1} is not a {{\"pageid\", \"title\", \"text\"}} JSON object "
-                 f"with text as a string; fix or delete that line")
-        title = str(article.get("title", ""))
-        text = normalise_newlines(article["text"])
-        articles.setdefault(article["pageid"],
-                            {"pageid": article["pageid"], "title": title, "text": text})
-    return articles, clean
-
-
 def cached_articles(api_url, cache_path, num_articles, min_chars, retry_delay):
     """The first num_articles articles of the cache, fetched from the API into it where missing."""
     cached, clean = load_jsonl(cache_path) if os.path.exists(cache_path) else ({}, True)
@@ -346,10 +317,7 @@ def read_input(paths):
         else:
             files = [path]
         for file in files:
-            if file.endswith(".jsonl"):
-                articles += load_jsonl(file)[0].values()
-            else:
-                articles += split_wikitext(read_text(file), os.path.basename(file))
+            articles += read_articles(file)
     return articles
 
 # -----------------------------------------------------------------------------
@@ -735,6 +703,8 @@ def parse_args(argv):
         fail(f"--num_articles must be at least 1, got {args.num_articles}")
     if not 0 <= args.val_fraction < 1:
         fail(f"--val_fraction must be in [0, 1), got {args.val_fraction}")
+    if not 0 <= args.seed < 2 ** 63:
+        fail(f"--seed must be an integer from 0 to 2**63 - 1, got {args.seed}")
     return args
 
 
@@ -757,6 +727,10 @@ def dataset_name(args):
     if not re.fullmatch(r"[\w.-]+", name) or name in (".", ".."):
         fail(f"--name={name} is not a folder name; use letters, digits, '_', '-' and '.', "
              f"e.g. --name=mytext")
+    if generated_task(name.lower()):
+        fail(f"--name={name} is reserved: train.py --dataset={name.lower()} trains its generated "
+             f"task (tasks/{name.lower()}.py), not data/{name}; choose another --name, e.g. "
+             f"--name={name}_text")
     if name.lower() in RESERVED_NAMES:  # also on a file system that ignores case
         fail(f"--name={name} is reserved: {RESERVED_NAMES[name.lower()]}; choose another --name, "
              f"e.g. --name={name}_text")
@@ -771,18 +745,6 @@ def hold_dataset_folder(out, command_args):
     hold_folder(out, "--name")
     note_holder(out, " ".join(["prepare_wikipedia.py", *command_args]))
     remove_stale_temporaries(out)
-
-
-def without_nul(articles):
-    """The articles with every NUL character taken out of their text (and their token ids)."""
-    num_nul = sum(a["text"].count("\0") for a in articles)
-    if not num_nul:
-        return articles
-    # NUL is the byte tokenizer's end-of-text: it must not occur inside an article
-    articles = [{**{k: v for k, v in a.items() if k != "ids"}, "text": a["text"].replace("\0", "")}
-                for a in articles]  # tokenized again
-    print(f"removed {num_nul} NUL characters from the articles' text")
-    return articles
 
 
 def val_articles(articles, marked, val_fraction, seed, min_chars):

@@ -174,6 +174,21 @@ def test_evaluate_input_text_matches_the_prepared_split(trained):
     assert math.isclose(text["loss"], split["loss"], rel_tol=1e-9)
 
 
+def test_evaluate_input_jsonl_scores_the_articles_text_as_prepare_reads_it_not_the_json(trained):
+    """A .jsonl of articles, as prepare_wikipedia.py takes it: only their text is scored, each article followed by
+    its end-of-text, the NUL characters taken out as prepare takes them out."""
+    articles = [{"pageid": i, "title": f"T{i}", "text": f" the {w} was seen in 19{i:02d} .\x00"}
+                for i, w in enumerate(WORDS[:12])]
+    with open(trained / "articles.jsonl", "w") as f:
+        f.writelines(json.dumps(a) + "\n" for a in articles)
+    result = run("evaluate.py", "--out_dir=run", "--input=articles.jsonl", "--device=cpu", cwd=trained)
+    assert "removed 12 NUL characters from the articles' text" in result.stdout
+    meta = json.load(open(trained / "data" / "small" / "meta.json"))
+    encode = data.get_tokenizer("gpt2", meta["compact_vocab"], [])[0]
+    expected = sum(len(encode(a["text"].replace("\x00", ""))) + 1 for a in articles) - 1  # all but the first
+    assert json.loads(result.stdout.splitlines()[-1])["tokens"] == expected
+
+
 def test_evaluate_input_leaves_out_and_counts_the_tokens_outside_a_compact_vocabulary(trained):
     """Any text scores on a compact-vocabulary run (it stopped, 'outside the compact vocabulary'): a word the training
     text lacks has no id, so it is left out and counted, and the text scores as it does without that word."""
@@ -367,6 +382,5 @@ def test_a_split_cut_short_is_one_line_error(trained, tmp_path, cut):
 
 def test_help_gives_the_whole_docstring_unbroken():
     result = run("evaluate.py", "--help", cwd=ROOT)
-    assert "UTF-8 text, its line endings as \\n;" in result.stdout  # a backslash-n, not a line break
     text = " ".join(result.stdout.split())
-    assert "anything else (a NUL byte, as in a .bin token file, or bytes that are not UTF-8) is refused" in text
+    assert "its line endings as \\n, anything else (a NUL byte, as in a .bin token file, or bytes" in text

@@ -335,6 +335,14 @@ def test_val_split_options_without_their_dataset_are_one_line_errors(tmp_path, a
     assert_one_line_error(run("prepare_wikipedia.py", *args, cwd=tmp_path, check=False), fragment)
 
 
+@pytest.mark.parametrize("seed", ["-1", str(2 ** 63)])
+def test_a_seed_numpy_cannot_take_is_one_line_error(tmp_path, seed):
+    (tmp_path / "t.txt").write_text(" = T = \n Text .\n")
+    result = run("prepare_wikipedia.py", "--input", "t.txt", f"--seed={seed}", cwd=tmp_path, check=False)
+    assert_one_line_error(result, f"--seed must be an integer from 0 to 2**63 - 1, got {seed}")
+    assert not (tmp_path / "data").exists()
+
+
 def test_wikitext2_all_downloads_and_checks_the_three_files(wikitext2_host, tmp_path):
     prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2=all")
     assert sorted(os.listdir(tmp_path / "wikitext-2")) == ["test.txt", "train.txt", "valid.txt"]
@@ -655,8 +663,8 @@ def test_windows_and_old_mac_line_endings_give_the_same_dataset(tmp_path):
 @pytest.mark.parametrize("args", [["--name=reversal"], ["--name=Reversal"], ["--name=wikitext-2"],
                                   ["--name=wikitext-103"], []])
 def test_a_name_the_scripts_treat_specially_is_refused(tmp_path, args):
-    """data/reversal would never be read (--dataset=reversal is the built-in task), and data/wikitext-2 and
-    wikitext-103 hold the downloads; also when the name comes from the file's."""
+    """data/reversal would never be read (--dataset=reversal is the generated task of tasks/reversal.py), and
+    data/wikitext-2 and wikitext-103 hold the downloads; also when the name comes from the file's."""
     (tmp_path / "reversal.txt").write_text(" = T = \n Text .\n")
     with pytest.raises(SystemExit) as e:
         pw.main(["--input", str(tmp_path / "reversal.txt"), *args, "--tokenizer", "byte", "--min_chars", "0",

@@ -762,12 +762,11 @@ def test_a_resume_writes_back_the_log_records_its_checkpoint_carries(workdir, tm
     assert (out / "log.jsonl").read_text().startswith("".join(lines))
 
 
-@pytest.mark.parametrize("setting", ["--eval_iters=1", "--batch_size=2"])
-def test_a_resume_that_evaluates_other_sequences_says_so(workdir, tmp_path, setting):
+@pytest.mark.parametrize("setting, before", [("eval_iters=1", "eval_iters=2"), ("batch_size=2", "batch_size=4")])
+def test_a_resume_that_evaluates_other_sequences_says_so(workdir, tmp_path, setting, before):
     copy_run(workdir, tmp_path)
-    result = train(tmp_path, "out", "--init_from=resume", "--max_iters=8", setting)
-    key, value = setting[2:].split("=")
-    assert (f"note: resuming with {key}={value}, not the checkpoint's {key}=2: its evaluations are of other "
+    result = train(tmp_path, "out", "--init_from=resume", "--max_iters=8", f"--{setting}")
+    assert (f"note: resuming with {setting}, not the checkpoint's {before}: its evaluations are of other "
             f"sequences from here on") in result.stdout
 
 
