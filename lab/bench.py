@@ -29,11 +29,11 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # also as `python lab/bench.py`
-from configurator import add_flag, argument_parser, read_config
-from machinery.files import write_atomic
-from machinery.hardware import matmul_peak, pick_device, sync
-from machinery.process import fail, machine_error
-from model import ModelConfig, build_model, logits_needed
+from configurator import add_flag, argument_parser, read_config  # noqa: E402
+from machinery.files import write_atomic  # noqa: E402
+from machinery.hardware import matmul_peak, pick_device, sync  # noqa: E402
+from machinery.process import fail, machine_error  # noqa: E402
+from model import ModelConfig, build_model, logits_needed  # noqa: E402
 
 CONFIGS = {  # name -> config files; the model flags are read from them, as train.py does
     "paper": ["config/paper_baseline.py", "config/paper_encdec_mse_pos_sub.py", "config/paper_parallel.py"],

@@ -89,7 +89,8 @@ def interrupted_at(module, name, script, *args, cwd):
 
 
 def killed_write(path):
-    """The temporary file machinery.files.write_atomic leaves beside path when its process dies in the middle (kill -9)."""
+    """The temporary file machinery.files.write_atomic leaves beside path when its process dies in the middle
+    (kill -9)."""
     before = set(os.listdir(os.path.dirname(path)))
     subprocess.run([sys.executable, "-c", "import os, sys; from machinery import files; "
                     "files.write_atomic(sys.argv[1], lambda f: (f.write(b'half'), f.flush(), os._exit(9)))", str(path)],

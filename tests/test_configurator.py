@@ -4,7 +4,6 @@ uses them. CPU only, no network.
     python -m pytest -q tests/test_configurator.py
 """
 import ast
-import glob
 import os
 
 import pytest

@@ -238,7 +238,8 @@ def first_commit_adding(string):
 
 
 def log_commits(folder):
-    """[(commit, files)] that added or changed a suite's log.jsonl files, oldest first (before lab/ existed: results/<folder>)."""
+    """[(commit, files)] that added or changed a suite's log.jsonl files, oldest first (before lab/ existed:
+    results/<folder>)."""
     out = git("log", "--reverse", "--diff-filter=AM", "--abbrev=7", "--format=@%h", "--name-only", "--",
               f"results/{folder}/*log.jsonl", f"lab/results/{folder}/*log.jsonl")  # the logs, not the study.json
     return [(block.split()[0], block.split()[1:]) for block in out.split("@") if block.strip()]

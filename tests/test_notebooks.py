@@ -85,7 +85,8 @@ def test_every_notebook_has_the_same_setup_cell():
 
 def test_setup_finds_the_project_from_any_folder_inside_it_and_runs_nothing(setup, tmp_path):
     fake_program(tmp_path / "bin" / "git", setup["calls"], "exit 1")
-    for start in (ROOT, os.path.join(ROOT, "notebooks"), os.path.join(ROOT, "lab"), os.path.join(ROOT, "lab", "config")):
+    starts = (ROOT, os.path.join(ROOT, "notebooks"), os.path.join(ROOT, "lab"), os.path.join(ROOT, "lab", "config"))
+    for start in starts:
         assert setup["find_project"](start, colab=True) == ROOT
     assert calls(setup) == []
 
@@ -103,7 +104,8 @@ def test_setup_outside_a_clone_says_what_to_do_and_neither_clones_nor_installs(s
 
 def test_setup_in_colab_offline_is_one_line_and_git_never_asks_for_a_password(setup, tmp_path):
     fake_program(tmp_path / "bin" / "git", setup["calls"],
-                 "echo \"fatal: unable to access 'https://github.com/OWNER/REPO/': Could not resolve host\" >&2; exit 128")
+                 "echo \"fatal: unable to access 'https://github.com/OWNER/REPO/': Could not resolve host\" >&2; "
+                 "exit 128")
     line = one_line_error(setup, tmp_path, colab=True)
     assert "git clone" in line and "Could not resolve host" in line and "network" in line
     call, = calls(setup)
@@ -126,8 +128,9 @@ def test_setup_in_colab_clones_then_installs_the_requirements_into_the_notebooks
     python = fake_program(tmp_path / "python", setup["calls"], "exit 0")
     assert setup["find_project"](str(tmp_path), colab=True, python=python) == str(tmp_path / "project")
     clone, install = calls(setup)
-    assert clone.startswith("git clone") and install == (f"python -m pip install -q -r "
-                                                         f"{tmp_path / 'project' / 'requirements.txt'} matplotlib prompt=0")
+    requirements = tmp_path / "project" / "requirements.txt"
+    assert clone.startswith("git clone")
+    assert install == f"python -m pip install -q -r {requirements} matplotlib prompt=0"
     # a failed install: one line with pip's last words and the command to run by hand
     failing = fake_program(tmp_path / "python", setup["calls"], "echo 'ERROR: No matching distribution' >&2; exit 1")
     line = one_line_error(setup, tmp_path, colab=True, python=failing)

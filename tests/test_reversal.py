@@ -7,7 +7,6 @@ import os
 import re
 
 import numpy as np
-import pytest
 
 from tasks import reversal
 from configurator import read_config

@@ -783,13 +783,14 @@ def test_an_estimate_far_off_is_timed_again_once_the_run_has_started(workdir):
 def test_on_a_busy_cpu_a_run_takes_one_thread_a_core_that_is_free_and_logs_the_same_losses(workdir):
     hook = "os.getloadavg = lambda: (8.0, 8.0, 8.0)  # a CPU kept busy by other programs"
     env = {k: v for k, v in ENV.items() if k != "OMP_NUM_THREADS"}
-    code = (f"import os, runpy, sys\n{hook}\nsys.argv = ['train.py', *{[*TINY, '--out_dir=out_busy', '--max_iters=6']!r}]\n"
+    args = [*TINY, "--out_dir=out_busy", "--max_iters=6"]
+    code = (f"import os, runpy, sys\n{hook}\nsys.argv = ['train.py', *{args!r}]\n"
             f"runpy.run_path({os.path.join(ROOT, 'train.py')!r}, run_name='__main__')")
     result = subprocess.run([sys.executable, "-c", code], cwd=workdir, env=env, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr
     assert f"note: 1 thread, not {os.cpu_count()}: the CPU is busy (load 8.0 on {os.cpu_count()} cores)" in \
-        result.stdout or f"note: 1 thread, not " in result.stdout
+        result.stdout or "note: 1 thread, not " in result.stdout
     assert losses(log(workdir, "out_busy")) == losses(log(workdir, "out_full"))
 
 
