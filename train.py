@@ -113,7 +113,7 @@ checks = {  # setting: (is the value allowed?, what to use instead)
                   "use a positive gradient norm, e.g. 1.0, or 0 for no clipping"),
     "eval_interval": (eval_interval >= 1, "use a positive number of steps"),
     "eval_iters": (eval_iters >= (task is not None), "use a positive number of batches, or 0 for "
-                                                     "every val token (not for a generated task)"),
+                   "every val token" + f" (not for {dataset}, a generated task)" * bool(task)),
     "log_interval": (log_interval >= 1, "use a positive number of steps"),
     "seed": (0 <= seed < 2 ** 63, "use an integer from 0 to 2**63 - 1"),
     "dataset": (re.fullmatch(r"[\w.-]+", dataset) is not None,
@@ -313,7 +313,7 @@ with stop_together():
         # early, before a long first evaluation: how long the run will take
         meter.estimate(raw_model, batches, autocast, return_logits, eval_iters, source,
                        len(my_micro_steps), iter_num, init_from == "resume")
-stop = StopAfterStep()  # from here, a stop saves the step it comes in
+stop = StopAfterStep(lambda: meter.iter_seconds)  # from here, a stop saves the step it comes in
 run_start = time.time()
 meter.restart()
 while True:

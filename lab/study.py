@@ -142,8 +142,7 @@ def run_dir(results, run, seed):
 
 def run_log(path, keys=("iter", "train_loss", "val_loss")):
     """The records of a run's log.jsonl (run_files.read_log: a torn last line left out), each checked to hold a number
-    at
-    each of keys, which the study reads; one line naming the log and the fix where one does not."""
+    at each of keys, which the study reads; one line naming the log and the fix where one does not."""
     try:
         records = read_log(path)[0]
     except OSError as e:

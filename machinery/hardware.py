@@ -181,6 +181,7 @@ class Meter:
         # a GPU's peak, timed on large matmuls, is not disturbed by other work
         self.peak_timed_again = not cpu
         self.eval_seconds = 0.0
+        self.iter_seconds = 0.0  # estimated by estimate(), on rank 0
         self.restart()
 
     def restart(self):

@@ -156,9 +156,11 @@ def train_stop_hook(run):
 class StopAfterStep:
     """In train.py's loop, a stop (Ctrl-C, SIGTERM as Kubernetes and Slurm send before SIGKILL,
     SIGHUP) lets the step in progress finish, then the run saves a checkpoint and ends; a second
-    stop ends it at once. `requested` says whether a stop came."""
+    stop ends it at once. `requested` says whether a stop came. step_seconds: how long a step takes
+    (the run's estimate), said when a stop comes."""
 
-    def __init__(self):
+    def __init__(self, step_seconds):
+        self.step_seconds = step_seconds
         self.requested = False
         names = ("SIGINT", "SIGTERM", "SIGHUP")  # Windows has no SIGHUP
         stops = [getattr(signal, name) for name in names if hasattr(signal, name)]
@@ -173,5 +175,11 @@ class StopAfterStep:
         self.requested = True
         # at once, on stdout: the run's one last line follows on stderr
         if int(os.environ.get("RANK", 0)) == 0:
-            print(f"{signal.Signals(signum).name}: finishing this step, then saving a checkpoint "
-                  f"(a second stop ends the run at once)", flush=True)
+            seconds = self.step_seconds()
+            late = ""
+            if seconds > 20:  # Kubernetes and Slurm send SIGKILL 30 s after SIGTERM, by default
+                late = ("; where the grace before SIGKILL is shorter, the last checkpoint saved is "
+                        "what remains")
+            print(f"{signal.Signals(signum).name}: finishing this step (about {seconds:.1f} s), "
+                  f"then saving a checkpoint{late} (a second stop ends the run at once)",
+                  flush=True)

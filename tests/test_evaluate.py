@@ -116,7 +116,7 @@ def test_split_losses_read_every_val_token_once_and_as_many_train_windows_spread
         batches = list(window_losses(model, tokens, block, batch_size, device, starts, *args))
         calls.append((len(tokens), starts, np.concatenate([losses for _, losses in batches])))
         return iter(batches)
-    monkeypatch.setattr(data, "window_losses", recorded)
+    monkeypatch.setattr(evaluate, "window_losses", recorded)
     result = evaluate.split_losses(model, str(folder), 16, 64, "cpu")
     assert set(result) == {"train_loss", "val_loss", "val_loss_seen_ids"}
     (n_train, train_starts, train_losses), (n_val, val_starts, val_losses) = calls
@@ -140,7 +140,7 @@ def test_split_losses_spread_at_most_512_train_windows(tmp_path, monkeypatch):
     def recorded(model, tokens, block, batch_size, device, windows=None, *args):
         starts.append(windows)
         return window_losses(model, tokens, block, batch_size, device, windows, *args)
-    monkeypatch.setattr(data, "window_losses", recorded)
+    monkeypatch.setattr(evaluate, "window_losses", recorded)
     evaluate.split_losses(tiny_model(vocab_size=50, context_size=16), str(tmp_path), 16, 256, "cpu")
     assert len(starts[0]) == 512 and starts[1] is None
 
