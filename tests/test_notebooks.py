@@ -1,9 +1,11 @@
-"""The notebooks run top to bottom in QUICK mode (as CI runs them) and draw their figures; their setup cell finds the
-project from any folder inside a clone, and outside one says in one line what to do.
+"""The notebooks run top to bottom in QUICK mode (as CI runs them) and draw their figures, leaving the project's
+pictures as they were; their setup cell finds the project from any folder inside a clone, and outside one says in one
+line what to do.
 
 Each notebook in notebooks/ is executed in memory, with notebooks/ as the working directory; the committed
 file, with the outputs of its full run, is never touched."""
 import glob
+import hashlib
 import json
 import os
 import stat
@@ -17,6 +19,13 @@ NOTEBOOKS = sorted(glob.glob(os.path.join(NOTEBOOK_DIR, "*.ipynb")))
 CELL_TIMEOUT_S = 300
 
 
+def picture_digests():
+    """{path: sha256} of the pictures the README and lab/results.md show, which a notebook redraws only when asked."""
+    paths = glob.glob(os.path.join(ROOT, "docs", "images", "*.png")) + glob.glob(os.path.join(ROOT, "lab", "figures",
+                                                                                             "*.png"))
+    return {path: hashlib.sha256(open(path, "rb").read()).hexdigest() for path in paths}
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
 def test_notebook_runs_in_quick_mode_without_errors_and_draws_figures(path, monkeypatch):
     nbformat = pytest.importorskip("nbformat", reason="the notebook tests need nbformat (pip install nbformat)")
@@ -26,7 +35,9 @@ def test_notebook_runs_in_quick_mode_without_errors_and_draws_figures(path, monk
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                                      resources={"metadata": {"path": NOTEBOOK_DIR}})
+    pictures = picture_digests()
     client.execute()  # raises CellExecutionError, with the traceback, at the first failing cell
+    assert picture_digests() == pictures, "a run changed the README's or results.md's pictures"
     outputs = [out for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs]
     assert not [out for out in outputs if out.output_type == "error"]
     assert any("image/png" in out.get("data", {}) for out in outputs), f"{os.path.basename(path)} drew no figure"
