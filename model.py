@@ -8,9 +8,9 @@ From the write-up "Auto-regressive Encoder-Decoder Transformer" (Yan, 2024) and 
             (the write-up)
   parallel  encoder and decoder blocks side by side in every layer (the earlier draft)
 Read top to bottom: the config, attention and its causal rule, the blocks, the embedding losses,
-then the model: its three forward passes (hidden_states), the losses (forward), generation. After
-it, off that path: the KV cache, the details that are there for speed only, and the checks of the
-config's flags.
+then the model: one forward pass per variant (hidden_states), the losses (forward), generation,
+the learning-rate schedule (get_lr). After it, off that path: the KV cache, the details that are
+there for speed only, and the checks of the config's flags.
 """
 
 import math
@@ -277,7 +277,7 @@ class Transformer(nn.Module):
         return sum(p.numel() for p in self.parameters()) - positions
 
     def hidden_states(self, idx, cache=None):
-        """The three forward passes: the states before the output layer (B, T, C), E, and the
+        """One forward pass per variant: the states before the output layer (B, T, C), E, and the
         encoder output (None for the baseline). cache: {}, or a KV cache whose positions idx
         continues (the KV cache, after the model)."""
         c = self.config

@@ -141,7 +141,8 @@ def test_the_collapse_is_quoted_over_every_seed_and_shows_the_mechanism_the_text
     learnable = [loss for (affine, _), loss in losses.items() if affine]
     shows = source(WALKTHROUGH, "efdb013d")
     for quoted in (f"falls from 0.8 to between {min(learnable):.1e} and {max(learnable):.1e} in 800",
-                   f"from a norm of 8 to between {min(gain_b):.3f} and {max(gain_b):.3f}", f"keeps a gain of norm {span(gain_a, '.2f')}",
+                   f"from a norm of 8 to between {min(gain_b):.3f} and {max(gain_b):.3f}",
+                   f"keeps a gain of norm {span(gain_a, '.2f')}",
                    f"a root mean square of {span(size, '.3f')}", f"stays near {losses[False, 0]:.2f}"):
         assert quoted in shows, quoted
     assert spread[0] == from_b[0] and f"(both {spread[0]:.3f} on seed 0)" in shows
