@@ -143,11 +143,15 @@ def split_wikitext(text, name):
             articles.append({"title": match.group(1) if match else name, "text": body})
     return articles
 
+
 def load_jsonl(path):
     """Reads one article per line into {pageid: article}, the first copy of a page wins.
     Returns (articles, clean); clean is False when a truncated last line was dropped."""
-    with open(path, "rb") as f:
-        lines = f.read().split(b"\n")
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().split(b"\n")
+    except OSError as e:
+        fail(f"cannot read {path} ({e.strerror}); give a readable .jsonl file of articles")
     clean = lines[-1] == b""  # every complete line ends with a newline
     lines = [line for line in lines if line.strip()]
     articles = {}
@@ -200,7 +204,7 @@ def generated_task(dataset):
     get_batch(split, size, rng), score(model, split, device) -> (accuracy, sequences),
     prompts(start, num_samples, seed) and show(prompt, answer) for sample.py."""
     folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tasks")
-    if not re.fullmatch(r"[a-z_]\w*", dataset) or not os.path.isfile(
+    if not re.fullmatch(r"[a-z]\w*", dataset) or not os.path.isfile(
             os.path.join(folder, f"{dataset}.py")):
         return None
     return importlib.import_module(f"tasks.{dataset}")
@@ -326,6 +330,7 @@ def read_meta(dataset, data_dir=None):
              f"prepare '{dataset}' again with prepare_wikipedia.py")
     return meta
 
+
 def open_dataset(dataset, context_size, vocab_size, command):
     """What a run trains on: (source, block, vocab_size, meta). source: the task module of a
     generated task, else the folder data/<dataset>, held (shared with other runs on it) until the
@@ -380,7 +385,8 @@ class Batches:
             x, y = self.windows(split, rng, size, rows)
         else:
             x, y = self.source.get_batch(split, size, rng)
-            x, y = x[rows], y[rows]
+            x = x[rows]
+            y = y[rows]
         if str(self.device).startswith("cuda"):
             x = x.pin_memory().to(self.device, non_blocking=True)
             y = y.pin_memory().to(self.device, non_blocking=True)

@@ -1,4 +1,5 @@
-r""" The loss of a trained model over a whole text: every token once, the same figure on every run.
+r"""
+The loss of a trained model over a whole text: every token once, the same figure on every run.
 
     python evaluate.py --out_dir=out/wikitext2_valid_gpt2c                 # the run's own val split
     python evaluate.py --out_dir=out/wikitext2_valid_gpt2c --split=train

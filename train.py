@@ -7,10 +7,9 @@ Transformer" (Yan, 2024), its earlier draft's parallel one, or the decoder-only 
     python train.py --help                      # every setting, its default and what it means
     torchrun --standalone --nproc_per_node=8 train.py config/paper_baseline.py   # DDP
 
-A step's sequences are a function of (seed, iteration) (data.Batches): a resumed run and a DDP run
-log exactly an unbroken run's losses. A step split into other micro-batches (batch_size x
-gradient_accumulation_steps kept) has the same gradients, to float rounding, but evaluates other
-sequences: an evaluation batch is batch_size sequences.
+A step's sequences depend on (seed, iteration) alone (data.Batches): a resumed run logs an
+unbroken run's losses; a step split into other micro-batches, the same gradients (evaluation
+batches: batch_size sequences, so other ones).
 """
 import dataclasses
 import math
@@ -26,7 +25,6 @@ from configurator import configure
 from data import Batches, generated_task, open_dataset
 from evaluate import split_losses
 from machinery import distributed, files, hardware, run_files
-from machinery.distributed import all_sum, stop_together
 from machinery.process import StopAfterStep, fail, script_start, train_stop_hook
 from model import ModelConfig, build_model, get_lr, logits_needed
 
@@ -58,9 +56,9 @@ overwrite = False  # True: a run from scratch may replace the checkpoint and log
 always_save_checkpoint = True  # False: save only when the val loss improves
 seed = 1337  # random seed of the initial weights, batches and dropout
 device = "auto"  # auto (cuda, then mps, then cpu) | cpu | cuda | cuda:N | mps
-dtype = "auto"  # auto (a GPU: bfloat16 where it has it, else float16; else float32) | float32 | ...
+dtype = "auto"  # auto (GPU: bfloat16, or float16 where it has none; else float32), or one of them
 compile = False  # torch.compile the model (on one GPU, one micro-batch a step: as CUDA graphs)
-wandb_log = False  # also log each evaluation to Weights & Biases (pip install wandb)
+wandb_log = False  # also log to Weights & Biases (pip install wandb; offline: WANDB_MODE=offline)
 wandb_project = "ar-encoder-decoder"  # its Weights & Biases project
 wandb_run_name = ""  # its run name; "" means out_dir
 # every ModelConfig field is a global of the same name; None keeps the variant's default (model.py)
@@ -83,7 +81,8 @@ saved_iter = None  # the iteration of the checkpoint in out_dir
 restored = {}  # the settings a resume takes from its checkpoint
 logged = []  # the run's log records, which its checkpoints carry
 if init_from == "resume":  # the checkpoint's settings fill in every key not set here
-    checkpoint, restored, logged = run_files.resume(out_dir, globals(), user_set, master)
+    asked = {"dataset": dataset, "seed": seed}
+    checkpoint, restored, logged = run_files.resume(out_dir, asked, user_set, master)
     globals().update(restored)
     user_set |= restored.keys()
 task = generated_task(dataset)
@@ -112,8 +111,9 @@ checks = {  # setting: (is the value allowed?, what to use instead)
     "grad_clip": (0 <= grad_clip < math.inf,
                   "use a positive gradient norm, e.g. 1.0, or 0 for no clipping"),
     "eval_interval": (eval_interval >= 1, "use a positive number of steps"),
-    "eval_iters": (eval_iters >= (task is not None), "use a positive number of batches, or 0 for "
-                   "every val token" + f" (not for {dataset}, a generated task)" * bool(task)),
+    "eval_iters": (eval_iters >= (task is not None),
+                   f"use a positive number of batches ({dataset} is a generated task: no val.bin)"
+                   if task else "use a positive number of batches, or 0 for every val token"),
     "log_interval": (log_interval >= 1, "use a positive number of steps"),
     "seed": (0 <= seed < 2 ** 63, "use an integer from 0 to 2**63 - 1"),
     "dataset": (re.fullmatch(r"[\w.-]+", dataset) is not None,
@@ -124,13 +124,13 @@ for key, (allowed, fix) in checks.items():
         fail(f"{key}={globals()[key]!r} is not allowed; {fix}")
 restored_device = {"device", "dtype"} & restored.keys()
 device, dtype = hardware.pick_device(device, dtype, ckpt_path if restored_device else None)
+train_config = {k: globals()[k] for k in defaults}  # saved in checkpoints
 if checkpoint is not None:  # a finished run ends here; one resumed otherwise says what changed
-    run_files.exit_if_finished(checkpoint, max_iters, logged, out_dir)
-    run_files.note_changes(checkpoint, globals(), master)
+    run_files.exit_if_finished(checkpoint, max_iters, logged, out_dir, master)
+    run_files.note_changes(checkpoint, train_config, master)
 hardware.pick_threads(device)
 if init_from == "scratch" and not overwrite:
     run_files.check_fresh(out_dir)
-train_config = {k: globals()[k] for k in defaults}  # saved in checkpoints
 if wandb_log and master:  # imported only when asked; its run starts once every check has passed
     wandb = run_files.import_wandb()
 # -----------------------------------------------------------------------------
@@ -149,13 +149,12 @@ torch.backends.cudnn.allow_tf32 = True
 # -----------------------------------------------------------------------------
 # data: a generated task, or data/<dataset>; every batch fixed by (seed, iteration)
 command = " ".join(["train.py", *sys.argv[1:]])
-# context_size and vocab_size: ModelConfig flags, globals since globals().update above
-source, block, vocab_size, meta = open_dataset(
+source, block, vocab_size, meta = open_dataset(  # context_size, vocab_size: ModelConfig flags
     dataset, context_size or ModelConfig.context_size, vocab_size, command)  # noqa: F821
 if checkpoint is not None and task is None:  # the same tokens and text as the run so far
     run_files.check_same_data(checkpoint, meta, dataset, training=True)
 batches = Batches(source, block, batch_size, gradient_accumulation_steps, seed, device)
-with stop_together():
+with distributed.stop_together():
     if master:  # one process at a time in out_dir
         files.claim_out_dir(out_dir, init_from == "scratch", command)
 # -----------------------------------------------------------------------------
@@ -190,11 +189,12 @@ model = raw_model
 if compile:  # as CUDA graphs on one GPU without accumulation (see hardware.compile_model)
     cuda_graphs = device_type == "cuda" and not distributed.ddp and gradient_accumulation_steps == 1
     model = hardware.compile_model(raw_model, cuda_graphs, batches.train(0, 0), autocast,
-                                   return_logits, all_sum, master)
+                                   return_logits, distributed.all_sum, master)
 eval_model = model
 model = distributed.wrap(model, device_type)
 
 
+# the learning rate of each step: get_lr in model.py, beside the optimizer's settings
 schedule = dict(learning_rate=learning_rate, min_lr=min_lr, warmup_iters=warmup_iters,
                 lr_decay_iters=lr_decay_iters, decay_lr=decay_lr)
 
@@ -203,45 +203,50 @@ stop_write_failed = run_files.write_failed(globals())  # one line: what is kept,
 
 
 @torch.no_grad()
-def evaluate():
-    """The record of an evaluation: mean cross-entropy and embedding loss over eval_iters fixed
-    batches per split, in eval mode (no dropout); eval_iters=0: every val token once
-    (evaluate.split_losses)."""
+def estimate_loss():
+    """Mean cross-entropy and embedding loss over eval_iters fixed batches per split, in eval mode
+    (no dropout); eval_iters=0: every val token once, and as many train windows (split_losses)."""
     eval_model.eval()
-    out = {"iter": iter_num, "tokens": tokens_seen}
+    out = {}
     if eval_iters == 0:
         out.update(split_losses(raw_model, source, block, batch_size, device, autocast))
-    for split in ("train", "val") if eval_iters else ():
-        ce = []
-        embedding = []
-        for k in range(eval_iters):
+        if config.embedding_loss != "none":  # on one batch: not a per-token figure
             with autocast:
-                _, _, terms = eval_model(*batches.eval(split, k), return_logits=return_logits)
-            ce.append(terms["ce"].item())
-            embedding.append(None if terms["embedding"] is None else terms["embedding"].item())
-        out[f"{split}_loss"] = sum(ce) / len(ce)
-        out[f"{split}_embedding_loss"] = None
-        if embedding[0] is not None:
-            out[f"{split}_embedding_loss"] = sum(embedding) / len(embedding)
-    if eval_iters == 0 and config.embedding_loss != "none":  # on one batch: not a per-token figure
-        with autocast:
-            _, _, terms = eval_model(*batches.eval("val", 0), return_logits=return_logits)
-        out["val_embedding_loss"] = terms["embedding"].item()
+                _, _, terms = eval_model(*batches.eval("val", 0), return_logits=return_logits)
+            out["val_embedding_loss"] = terms["embedding"].item()
+    else:
+        for split in ("train", "val"):
+            ce = []
+            embedding = []
+            for k in range(eval_iters):
+                with autocast:
+                    _, _, terms = eval_model(*batches.eval(split, k), return_logits=return_logits)
+                ce.append(terms["ce"].item())
+                embedding.append(None if terms["embedding"] is None else terms["embedding"].item())
+            out[f"{split}_loss"] = sum(ce) / len(ce)
+            out[f"{split}_embedding_loss"] = None
+            if embedding[0] is not None:
+                out[f"{split}_embedding_loss"] = sum(embedding) / len(embedding)
     out.update(raw_model.embedding_norms())
     if task is not None:
         out["val_accuracy"] = task.score(raw_model, "val", device)[0]
     eval_model.train()
-    out["lr"] = get_lr(iter_num, **schedule)
-    out["grad_norm"] = None if grad_norm is None else grad_norm.item()  # inf: a step skipped
-    if scaler.is_enabled():
-        out["grad_scale"] = scaler.get_scale()
-    out["tokens_per_sec"] = meter.interval_speed
-    out["mfu"] = out["tokens_per_sec"] and meter.mfu(out["tokens_per_sec"])
-    bad = [f"{k}={v}" for k, v in out.items()
+    return out
+
+
+def evaluation():
+    """An evaluation's record: its losses, then the last steps' lr, gradient norm and speed."""
+    speed = meter.interval_speed
+    record = {"iter": iter_num, "tokens": tokens_seen, **estimate_loss(),
+              "lr": get_lr(iter_num, **schedule),
+              "grad_norm": None if grad_norm is None else grad_norm.item(),  # inf: a step skipped
+              **({"grad_scale": scaler.get_scale()} if scaler.is_enabled() else {}),
+              "tokens_per_sec": speed, "mfu": speed and meter.mfu(speed)}
+    bad = [f"{k}={v}" for k, v in record.items()
            if k.endswith("loss") and v is not None and not math.isfinite(v)]
     if bad:
         stop_non_finite(", ".join(bad))
-    return out
+    return record
 
 
 def save_checkpoint():
@@ -283,24 +288,18 @@ def stop_non_finite(what):
 
 
 def stop_saving():
-    """A stop (Ctrl-C, SIGTERM, SIGHUP) after a finished step: save it and end, as one line says."""
-    with stop_together():
+    """A stop after a finished step: save it (always_save_checkpoint=False: the best so far stays),
+    then end as Ctrl-C does, with the one line saying where the last checkpoint is."""
+    with distributed.stop_together():
         if master and always_save_checkpoint:
             save_checkpoint()
-    if master:
-        what = f"saved it in {ckpt_path}" if always_save_checkpoint else (
-            f"kept {ckpt_path}, the best so far (always_save_checkpoint=False), of iteration "
-            f"{saved_iter}")
-        print(f"interrupted at iteration {iter_num}: {what}; continue with `{resume_command}`",
-              file=sys.stderr, flush=True)
-    distributed.finish()
-    sys.exit(130)
+    raise KeyboardInterrupt
 
 
 tokens_per_iter = gradient_accumulation_steps * batch_size * block
 meter = hardware.Meter(raw_model.flops_per_token(block), tokens_per_iter, max_iters, eval_interval,
                        device, ptdtype, world_size)
-with stop_together():
+with distributed.stop_together():
     if master:
         if wandb_log:  # now that every check has passed: a run stopped by its checks leaves none
             wandb_run_id = run_files.start_wandb(wandb, wandb_project, wandb_run_name or out_dir,
@@ -313,7 +312,7 @@ with stop_together():
         # early, before a long first evaluation: how long the run will take
         meter.estimate(raw_model, batches, autocast, return_logits, eval_iters, source,
                        len(my_micro_steps), iter_num, init_from == "resume")
-stop = StopAfterStep(lambda: meter.iter_seconds)  # from here, a stop saves the step it comes in
+stop = StopAfterStep(meter.step_seconds)  # from here, a stop saves the step it comes in
 run_start = time.time()
 meter.restart()
 while True:
@@ -322,10 +321,10 @@ while True:
         group["lr"] = lr
     logged_here = bool(logged) and logged[-1]["iter"] == iter_num  # a resume's checkpoint's
     if (iter_num % eval_interval == 0 or iter_num >= max_iters) and not logged_here:
-        with stop_together():  # evaluation, log and checkpoint: rank 0's work
+        with distributed.stop_together():  # evaluation, log and checkpoint: rank 0's work
             if master:
                 meter.evaluation_starts(iter_num)
-                record = evaluate()
+                record = evaluation()
                 meter.evaluation_ends()
                 log_and_save(record)
         meter.restart()
@@ -354,11 +353,11 @@ while True:
     meter.tokens += tokens_per_iter
     tokens_seen += tokens_per_iter
 
-    if all_sum(stop.requested):  # every process stops after the same step, or none does
+    if distributed.any_of(stop.requested):  # every process stops after the same step, or none
         stop_saving()
     if iter_num % log_interval == 0:  # the only place the loop waits for the device
-        loss_sum = all_sum(loss.item())  # over the processes: all stop, or none
-        with stop_together():
+        loss_sum = distributed.all_sum(loss.item())  # over the processes: all stop, or none
+        with distributed.stop_together():
             if master and not math.isfinite(loss_sum):
                 stop_non_finite(f"loss={loss_sum / world_size}")
     if master and (meter.due(iter_num) or iter_num % log_interval == 0):

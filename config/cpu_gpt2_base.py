@@ -1,15 +1,11 @@
 # CPU scale in the regime of the write-up "Auto-regressive Encoder-Decoder Transformer": GPT-2
-# tokens, many passes
-# over a small text, train loss far below val loss. About 10 minutes per run on one core of a 2-core
-# x86 CPU.
-# Prepare the data once (WikiText-2's validation text, GPT-2 tokens renumbered to the 13,873 that
-# occur):
+# tokens, many passes over a small text, train loss far below val loss. About 10 minutes per run on
+# one core of a 2-core x86 CPU. Prepare the data once (WikiText-2's validation text, GPT-2 tokens
+# renumbered to the 13,873 that occur):
 #   python prepare_wikipedia.py --wikitext2=valid --tokenizer=gpt2 --compact_vocab
 # Offline, from your copy of WikiText-2's valid.txt (checked: the same dataset), add
-# --input=PATH/valid.txt
-# As in the write-up, each encoder-decoder has at most the parameters of cpu_gpt2_baseline.py
-# (checked by the
-# tests).
+# --input=PATH/valid.txt. As in the write-up, each encoder-decoder has at most the parameters of
+# cpu_gpt2_baseline.py (checked by the tests).
 dataset = "wikitext2_valid_gpt2c"
 # the compacted GPT-2 vocabulary (what data/wikitext2_valid_gpt2c/meta.json says)
 vocab_size = 13873

@@ -1,13 +1,10 @@
 # Training schedule of every appendix run of the write-up "Auto-regressive Encoder-Decoder
-# Transformer" (Yan, 2024):
-# one A100, 9k steps on Wikipedia. The model files import it.
-# These are also train.py's defaults, written out so that the paper runs stay fixed if the defaults
-# change, except
-# the split of each step: the write-up's 50 x 16 sequences as 200 x 4, the same 800 sequences in
-# four larger launches
-# (a step's sequences do not depend on the split; the memory of 200 sequences is unmeasured yet; on
-# a
-# smaller GPU, or 8 processes: --batch_size=100 --gradient_accumulation_steps=8, or 50 and 16).
+# Transformer" (Yan, 2024): one A100, 9k steps on Wikipedia. The model files import it. These are
+# also train.py's defaults, written out so that the paper runs stay fixed if the defaults change,
+# except the split of each step: the write-up's 50 x 16 sequences as 200 x 4, the same 800 sequences
+# in four larger launches (a step's sequences do not depend on the split; the memory of 200
+# sequences is unmeasured yet; on a smaller GPU, or 8 processes: --batch_size=100
+# --gradient_accumulation_steps=8, or 50 and 16).
 dataset = "wikitext103"  # prepare_wikipedia.py --wikitext103: the write-up's token counts
 batch_size = 200
 gradient_accumulation_steps = 4

@@ -1,11 +1,8 @@
 # The parallel encoder-decoder of the draft "Parallel Encoder-Decoder Transformer" with the MSE
-# encoder loss and
-# add_pos_embed_to_decoder=True: 15,698,400 parameters.
-# The draft gives n_embed and n_layer, not the head counts: n_head = 5 is a guess (cross_n_head
-# defaults to 10).
-# The embedding-loss settings are the model defaults (LayerNorms, detached encoder output; the
-# coefficient is not
-# given).
+# encoder loss and add_pos_embed_to_decoder=True: 15,698,400 parameters. The draft gives n_embed and
+# n_layer, not the head counts: n_head = 5 is a guess (cross_n_head defaults to 10). The
+# embedding-loss settings are the model defaults (LayerNorms, detached encoder output; the
+# coefficient is not given).
 from config.paper_base import *
 out_dir = "out/paper_parallel"
 variant = "parallel"

@@ -15,16 +15,18 @@ from machinery.process import fail
 
 ddp = "RANK" in os.environ  # started by torchrun
 device = "cpu"  # this process's device, set by start
+flags = None  # a gloo group for yes-or-no questions, answered without waiting for a GPU
 
 
 def start(device_asked):
     """Join the other processes, if torchrun started several: (rank, world_size, this process's
     device: cuda:LOCAL_RANK on GPUs)."""
-    global device
+    global device, flags
     device = device_asked
     if not ddp:
         return 0, 1, device
     dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+    flags = dist.new_group(backend="gloo") if dist.is_gloo_available() else None
     if device.startswith("cuda"):
         device = f"cuda:{os.environ['LOCAL_RANK']}"
         torch.cuda.set_device(device)
@@ -62,6 +64,16 @@ def all_sum(value):
     total = torch.tensor([float(value)], dtype=torch.float64, device=device)
     dist.all_reduce(total)
     return total.item()
+
+
+def any_of(flag):
+    """Whether flag is true in any process (DDP), else flag itself, on the CPU: a question asked at
+    every step costs no wait for the GPU's queued work."""
+    if not ddp:
+        return flag
+    count = torch.tensor([float(flag)], device="cpu" if flags is not None else device)
+    dist.all_reduce(count, group=flags)
+    return count.item() > 0
 
 
 @contextmanager

@@ -1,6 +1,7 @@
 """
-The device and its clock: which device and precision a script runs in (pick_device), a model
-compiled and checked before a run trusts it, and the timing behind train.py's ETA and MFU (Meter).
+The device and its clock: which device and precision a script runs in (pick_device), how many CPU
+threads (pick_threads), a model compiled and checked before a run trusts it, and the timing behind
+train.py's ETA and MFU (Meter).
 """
 import math
 import os
@@ -228,6 +229,12 @@ class Meter:
         print(f"estimated: {duration(self.iter_seconds)} per iteration, "
               f"{duration(self.eval_seconds)} per evaluation, {duration(total)} in all", flush=True)
         warn_if_slow(total, model.lm_head.weight.device.type)
+
+    def step_seconds(self):
+        """Seconds a step takes: measured since the last evaluation, else the estimate."""
+        if self.tokens:
+            return (time.time() - self.start) / (self.tokens / self.tokens_per_iter)
+        return self.iter_seconds
 
     def evaluation_starts(self, iter_num):
         """Before an evaluation: the speed of the interval it ends; a long one says so first."""

@@ -131,9 +131,10 @@ def peer_gone(error):
 
 
 def train_stop_hook(run):
-    """train.py's excepthook: Ctrl-C (and SIGTERM, SIGHUP) before its loop runs, a second stop in
-    it, out of memory, torch.compile without a compiler: one line saying where the last checkpoint
-    is, instead of a traceback. run: train.py's globals, read when it stops."""
+    """train.py's excepthook: Ctrl-C (and SIGTERM, SIGHUP) before its loop runs, a second Ctrl-C in
+    it or a stop once its step is saved, out of memory, torch.compile without a compiler, a DDP
+    process whose peer ended: one line saying where the last checkpoint is, instead of a traceback.
+    run: train.py's globals, read when it stops."""
     def hook(kind, value, tb):
         error = machine_error(value, "--batch_size (a larger --gradient_accumulation_steps keeps "
                                      "the batch per step) or --context_size")
@@ -156,8 +157,9 @@ def train_stop_hook(run):
 class StopAfterStep:
     """In train.py's loop, a stop (Ctrl-C, SIGTERM as Kubernetes and Slurm send before SIGKILL,
     SIGHUP) lets the step in progress finish, then the run saves a checkpoint and ends; a second
-    stop ends it at once. `requested` says whether a stop came. step_seconds: how long a step takes
-    (the run's estimate), said when a stop comes."""
+    Ctrl-C ends it at once, while another stop signal changes nothing (a study or torchrun stopped
+    by Ctrl-C sends its runs SIGTERM after the terminal's SIGINT). `requested` says whether a stop
+    came. step_seconds: how long a step takes, said when a stop comes."""
 
     def __init__(self, step_seconds):
         self.step_seconds = step_seconds
@@ -170,8 +172,10 @@ class StopAfterStep:
             signal.signal(stop, self.stop)
 
     def stop(self, signum, frame):
-        if self.requested:  # a second stop: at once
+        if self.requested and signum == signal.SIGINT:  # a second Ctrl-C: at once
             raise KeyboardInterrupt
+        if self.requested:
+            return
         self.requested = True
         # at once, on stdout: the run's one last line follows on stderr
         if int(os.environ.get("RANK", 0)) == 0:
@@ -181,5 +185,5 @@ class StopAfterStep:
                 late = ("; where the grace before SIGKILL is shorter, the last checkpoint saved is "
                         "what remains")
             print(f"{signal.Signals(signum).name}: finishing this step (about {seconds:.1f} s), "
-                  f"then saving a checkpoint{late} (a second stop ends the run at once)",
+                  f"then saving a checkpoint{late} (a second Ctrl-C ends the run at once)",
                   flush=True)

@@ -91,9 +91,10 @@ def check_fresh(out_dir):
              f"it with --overwrite=True")
 
 
-def resume(out_dir, settings, user_set, master):
+def resume(out_dir, asked, user_set, master):
     """The checkpoint a resumed run goes on from, the settings it restores (every one not set on the
-    command line or in a config file), and the records its run logged."""
+    command line or in a config file), and the records its run logged. asked: the dataset and seed
+    the run was given."""
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
     if not os.path.exists(ckpt_path):
         fail(f"no checkpoint at {ckpt_path} to resume from; train with --init_from=scratch "
@@ -107,8 +108,8 @@ def resume(out_dir, settings, user_set, master):
     saved = checkpoint["train_config"]
     # the seed draws the batches and the evaluation batches: a new one breaks the curves
     for key in ("dataset", "seed"):
-        if key in user_set and settings[key] != saved[key]:
-            fail(f"{ckpt_path} was trained with {key}={saved[key]!r}, not {settings[key]!r}; "
+        if key in user_set and asked[key] != saved[key]:
+            fail(f"{ckpt_path} was trained with {key}={saved[key]!r}, not {asked[key]!r}; "
                  f"drop --{key} to resume it")
     restored = {k: v for k, v in saved.items()
                 if k not in user_set | {"out_dir", "init_from", "overwrite"}}
@@ -338,15 +339,16 @@ def note_changes(checkpoint, settings, master):
             print(f"note: resuming with {now}, not the checkpoint's {then}: {what}", flush=True)
 
 
-def exit_if_finished(checkpoint, max_iters, logged, out_dir):
+def exit_if_finished(checkpoint, max_iters, logged, out_dir, master):
     """A resume of a run that has trained max_iters steps and evaluated the last: say so, and how to
     train it further, and end."""
     iter_num = checkpoint["iter_num"]
     if iter_num < max_iters or not (logged and logged[-1]["iter"] == iter_num):
         return
-    print(f"{out_dir} holds a finished run: {iter_num} of max_iters={max_iters} iterations, "
-          f"evaluated; to train it further, resume with a larger --max_iters, e.g. "
-          f"--max_iters={2 * iter_num or 100}")
+    if master:
+        print(f"{out_dir} holds a finished run: {iter_num} of max_iters={max_iters} iterations, "
+              f"evaluated; to train it further, resume with a larger --max_iters, e.g. "
+              f"--max_iters={2 * iter_num or 100}")
     sys.exit(0)
 
 
@@ -376,11 +378,10 @@ def start_log(out_dir, logged, iter_num, resumed, on_error):
                 os.remove(os.path.join(out_dir, name))
         return
     truncate_log(log_path, iter_num, on_error)
-    records = read_log(log_path)[0]
-    if records == logged:
-        return
-    have = {r["iter"] for r in records}
+    have = {r["iter"] for r in read_log(log_path)[0]}
     lost = [r["iter"] for r in logged if r["iter"] not in have]
+    if not lost:
+        return
     write_atomic(log_path, "".join(json.dumps(r) + "\n" for r in logged).encode(), on_error)
     print(f"{log_path}: wrote back {len(lost)} record(s) it had lost (iteration(s) "
           f"{', '.join(map(str, lost))}) from the checkpoint, which carries them")

@@ -53,7 +53,11 @@ def split(held_out_fraction=0.1, max_held_out=200, seed=SPLIT_SEED):
 def sequences(split_name):
     """The training sequences ("train") or the held-out ones ("val")."""
     train, held_out = split()
-    return train if split_name == "train" else held_out
+    if split_name == "train":
+        return train
+    if split_name == "val":
+        return held_out
+    raise ValueError(f"split {split_name!r}: use 'train' or 'val'")
 
 
 def encode(xs):

@@ -1,5 +1,6 @@
-"""Specifications of configurator.py: config files, --key=value, --help, "did you mean", and `fail`, as train.py
-uses them. CPU only, no network.
+"""Specifications of configurator.py: config files, --key=value, --help, "did you mean", and of the one-line stops
+(machinery/process.py's `fail`) and the device choice (machinery/hardware.py's `pick_device`), as train.py uses them.
+CPU only, no network.
 
     python -m pytest -q tests/test_configurator.py
 """

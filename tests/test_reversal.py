@@ -1,4 +1,4 @@
-"""Specifications of reversal.py, the zero-setup quick start: its sequences, its held-out split, and that train.py
+"""Specifications of tasks/reversal.py, the zero-setup quick start: its sequences, its held-out split, and that train.py
 (as the README shows it) and sample.py learn and decode it. CPU only, no network.
 
     python -m pytest -q tests/test_reversal.py
