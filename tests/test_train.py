@@ -720,23 +720,39 @@ def run_with_hook(hook, *args, cwd, env=None):
                           text=True, timeout=300, preexec_fn=stops_at_their_defaults())
 
 
-@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM", "SIGHUP"])  # Ctrl-C; Kubernetes and Slurm; a hang-up
-def test_a_stop_finishes_its_step_saves_it_and_the_resume_logs_the_unbroken_runs_losses(workdir, stop):
-    # the stop comes in the middle of the third step (iteration 2 -> 3), between two evaluations
-    hook = ("clip = torch.nn.utils.clip_grad_norm_\ncalls = []\n"
+def stop_in_the_third_step(*stops):
+    """A hook for run_with_hook: the signals `stops`, one after the other, in the middle of the third step (iteration
+    2 -> 3), between two evaluations."""
+    return ("clip = torch.nn.utils.clip_grad_norm_\ncalls = []\n"
             "def clip_then_stop(*args, **kwargs):\n    calls.append(1)\n"
-            f"    if len(calls) == 3:\n        os.kill(os.getpid(), signal.{stop})\n"
+            f"    if len(calls) == 3:\n        for stop in {list(stops)!r}:\n"
+            "            os.kill(os.getpid(), getattr(signal, stop))\n"
             "    return clip(*args, **kwargs)\n"
             "torch.nn.utils.clip_grad_norm_ = clip_then_stop")
-    out = f"out_stop_{stop}"
-    result = run_with_hook(hook, *TINY, f"--out_dir={out}", "--max_iters=6", cwd=workdir)
+
+
+# Ctrl-C; Kubernetes and Slurm; a hang-up; a study or torchrun stopped by Ctrl-C, which send their runs SIGTERM too
+@pytest.mark.parametrize("stops", [["SIGINT"], ["SIGTERM"], ["SIGHUP"], ["SIGINT", "SIGTERM"]], ids="+".join)
+def test_a_stop_finishes_its_step_saves_it_and_the_resume_logs_the_unbroken_runs_losses(workdir, stops):
+    out = f"out_stop_{'_'.join(stops)}"
+    result = run_with_hook(stop_in_the_third_step(*stops), *TINY, f"--out_dir={out}", "--max_iters=6", cwd=workdir)
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
-    assert re.search(rf"{stop}: finishing this step \(about [\d.]+ s\), then saving a checkpoint", result.stdout)
+    assert re.search(rf"{stops[0]}: finishing this step \(about [\d.]+ s\), then saving a checkpoint", result.stdout)
     assert result.stderr.strip() == (f"interrupted at iteration 3: the last checkpoint is {out}/ckpt.pt (iteration 3); "
                                      f"continue with `python train.py --out_dir={out} --init_from=resume`")
     assert torch.load(workdir / out / "ckpt.pt", weights_only=True)["iter_num"] == 3
     train(workdir, out, "--init_from=resume")
     assert losses(log(workdir, out)) == losses(log(workdir, "out_full"))
+
+
+def test_a_second_ctrl_c_ends_the_run_at_once_keeping_the_last_checkpoint(workdir):
+    result = run_with_hook(stop_in_the_third_step("SIGINT", "SIGINT"), *TINY, "--out_dir=out_twice", "--max_iters=6",
+                           cwd=workdir)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    # the evaluation of iteration 2 saved the last checkpoint; the step in progress is not saved
+    assert result.stderr.strip().startswith("interrupted at iteration 2: the last checkpoint is out_twice/ckpt.pt "
+                                            "(iteration 2); continue with")
+    assert torch.load(workdir / "out_twice" / "ckpt.pt", weights_only=True)["iter_num"] == 2
 
 
 def test_resuming_a_finished_run_says_it_is_finished_and_how_to_train_it_further(workdir, tmp_path):
