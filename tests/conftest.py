@@ -99,6 +99,15 @@ def killed_write(path):
     return left
 
 
+def kill_all(*pids):
+    """SIGKILL each of pids still alive: nothing a test started outlives it."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:  # ended
+            pass
+
+
 def assert_interrupted(result, *fragments):
     """Ctrl-C: a non-zero exit and one line, `interrupted...`, holding each fragment; no traceback."""
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr

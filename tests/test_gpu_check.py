@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import ENV, ROOT, assert_interrupted, assert_one_line_error, run, stops_at_their_defaults
+from conftest import ENV, ROOT, assert_interrupted, assert_one_line_error, kill_all, run, stops_at_their_defaults
 
 sys.path.insert(0, os.path.join(ROOT, "lab"))
 import gpu_check  # noqa: E402
@@ -156,11 +156,7 @@ def test_a_stop_reaches_every_running_step_and_the_check_ends_within_seconds_in_
         stdout, stderr = process.communicate(timeout=60)
         seconds = time.monotonic() - start
     finally:
-        for pid in [process.pid, *pids]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:  # ended
-                pass
+        kill_all(process.pid, *pids)
         process.wait()
     assert process.returncode == 130 and seconds < 20, (seconds, stderr)
     assert_interrupted(subprocess.CompletedProcess([], 130, "", stderr), "the check and its running steps were "

@@ -22,8 +22,8 @@ import prepare_wikipedia as pw
 from machinery import run_files
 from lab import study
 from configurator import read_config
-from conftest import (ASCII_WORDS, ENV, ROOT, assert_interrupted, assert_one_line_error, run, stops_at_their_defaults,
-                      word_articles)
+from conftest import (ASCII_WORDS, ENV, ROOT, assert_interrupted, assert_one_line_error, kill_all, run,
+                      stops_at_their_defaults, word_articles)
 from model import ModelConfig, build_model
 
 
@@ -652,11 +652,7 @@ def stopped_study(tmp_path, stand_in, ignored=(), stop="SIGTERM", lines=()):
         process.send_signal(getattr(signal, stop))  # to the study alone: it passes the stop on to its runs
         _, stderr = process.communicate(timeout=30)
     finally:
-        for pid in [process.pid, *pids]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:  # ended
-                pass
+        kill_all(process.pid, *pids)
         process.wait()
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     assert os.read(reader, 100) == b""  # no third run was started
