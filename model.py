@@ -48,7 +48,7 @@ class ModelConfig:
     detach: Optional[str] = None  # none | embedding | encoder_out: no gradient; None: encoder_out
     embedding_ln_affine: Optional[bool] = None  # gains and biases in LayerNorm_a and _b; None: True
     sub_pos_embed: Optional[str] = None  # no | yes | yes_ln: subtract next position; None: yes
-    add_pos_embed_to_decoder: Optional[bool] = None  # the next position's embedding; None: False
+    add_pos_embed_to_decoder: Optional[bool] = None  # adds wpe[t+1] to decoder input; None: False
     decoder_order: Optional[str] = None  # self_first | cross_first; None: self_first
 
     def __post_init__(self):
