@@ -15,7 +15,7 @@ from machinery.process import fail
 
 ddp = "RANK" in os.environ  # started by torchrun
 device = "cpu"  # this process's device, set by start
-flags = None  # a gloo group for yes-or-no questions, answered without waiting for a GPU
+flags = None  # with NCCL, a gloo group for yes-or-no questions, answered without waiting for a GPU
 
 
 def start(device_asked):
@@ -26,7 +26,8 @@ def start(device_asked):
     if not ddp:
         return 0, 1, device
     dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
-    flags = dist.new_group(backend="gloo") if dist.is_gloo_available() else None
+    if device.startswith("cuda") and dist.is_gloo_available():
+        flags = dist.new_group(backend="gloo")
     if device.startswith("cuda"):
         device = f"cuda:{os.environ['LOCAL_RANK']}"
         torch.cuda.set_device(device)
@@ -102,4 +103,6 @@ def finish():
     """Every process waits for the last evaluation and checkpoint, then all leave together."""
     if ddp:
         dist.barrier()
+        if flags is not None:
+            dist.destroy_process_group(flags)
         dist.destroy_process_group()
