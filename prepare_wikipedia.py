@@ -23,7 +23,6 @@ of their files instead of the download, checked the same way: the same dataset.
 
 The tokenizers and the files' format are in data.py.
 """
-import atexit
 import hashlib
 import json
 import os
@@ -38,8 +37,7 @@ import urllib3
 from configurator import add_flag, argument_parser
 from data import (generated_task, get_tokenizer, load_jsonl, read_articles, split_wikitext,
                   without_nul)
-from machinery.files import (hold_folder, make_folder, note_holder, release_folder,
-                             remove_empty_folders, remove_stale_temporaries, write_atomic)
+from machinery.files import claim_folder, hold_folder, release_folder, write_atomic
 from machinery.process import fail, on_ctrl_c
 
 # Wikimedia asks API clients for a User-Agent naming the tool, its purpose and a contact
@@ -737,16 +735,6 @@ def dataset_name(args):
     return name
 
 
-def hold_dataset_folder(out, command_args):
-    """Creates the dataset folder and holds it for this process alone, noting the command."""
-    # a refused one leaves no empty folder
-    atexit.register(remove_empty_folders, out, make_folder(out, "--out_dir"))
-    # not while a run trains on it, nor another prepare writes there (its temporary files)
-    hold_folder(out, "--name")
-    note_holder(out, " ".join(["prepare_wikipedia.py", *command_args]))
-    remove_stale_temporaries(out)
-
-
 def val_articles(articles, marked, val_fraction, seed, min_chars):
     """Which articles go to val.bin: those marked val (marked), or a random val_fraction of them."""
     if marked:
@@ -814,7 +802,9 @@ def main(argv=None):
     if args.wikitext2:  # from here on exactly as --input (and --val_input) with its files
         args.input, args.val_input = wikitext2_inputs(args)
     out = os.path.join(args.out_dir, name)
-    hold_dataset_folder(out, sys.argv[1:] if argv is None else argv)
+    # held, not while a run trains on it, nor another prepare writes there (its temporary files)
+    claim_folder(out, " ".join(["prepare_wikipedia.py", *(sys.argv[1:] if argv is None else argv)]),
+                 held_as="--name")
     t0 = time.time()
 
     # read or fetch the articles

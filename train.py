@@ -156,7 +156,7 @@ if checkpoint is not None and task is None:  # the same tokens and text as the r
 batches = Batches(source, block, batch_size, gradient_accumulation_steps, seed, device)
 with distributed.stop_together():
     if master:  # one process at a time in out_dir
-        files.claim_out_dir(out_dir, init_from == "scratch", command)
+        files.claim_folder(out_dir, command, hold=init_from == "scratch")  # resume: held
 # -----------------------------------------------------------------------------
 # model, optimizer, checkpoint
 try:

@@ -196,13 +196,13 @@ def release_folder(folder):
         os.remove(os.path.join(folder, ".lock"))
 
 
-def claim_out_dir(out_dir, scratch, command):
-    """Make out_dir, hold it for this run alone (a resume holds it already), note who holds it, and
-    remove the temporary files of a write cut short; a run stopped before it wrote anything leaves
-    no empty folder."""
-    created = make_folder(out_dir)
-    atexit.register(remove_empty_folders, out_dir, created)
-    if scratch:
-        hold_folder(out_dir, "--out_dir")
-    note_holder(out_dir, command)
-    remove_stale_temporaries(out_dir)
+def claim_folder(folder, command, held_as="--out_dir", hold=True):
+    """Make the folder a run or a preparation writes in, hold it for this process alone (hold=False:
+    held already), note who holds it (command), and remove the temporary files of a write cut
+    short; a process stopped before it wrote anything leaves no empty folder."""
+    created = make_folder(folder)
+    atexit.register(remove_empty_folders, folder, created)
+    if hold:
+        hold_folder(folder, held_as)
+    note_holder(folder, command)
+    remove_stale_temporaries(folder)

@@ -251,7 +251,7 @@ class Meter:
         """Whether a progress line is due for time's sake (one a minute at least). After the run's
         third step, the estimate is timed again, and said again where it was off by 2x or more."""
         if iter_num == self.first_iter + 3 and self.tokens:
-            took = (time.time() - self.start) / (self.tokens / self.tokens_per_iter)
+            took = self.step_seconds()
             if not 0.5 < took / self.iter_seconds < 2:
                 total = ((self.max_iters - iter_num) * took
                          + self.evals_left(iter_num) * self.eval_seconds * took / self.iter_seconds)
@@ -263,8 +263,8 @@ class Meter:
     def progress(self, iter_num):
         """The speed part of a progress line: ms per iteration, tokens/s, MFU and ETA."""
         self.last_print = time.time()
-        tokens_per_sec = self.tokens / (self.last_print - self.start)  # since the last evaluation
-        iter_seconds = self.tokens_per_iter / tokens_per_sec
+        iter_seconds = self.step_seconds()  # since the last evaluation
+        tokens_per_sec = self.tokens_per_iter / iter_seconds
         utilization = self.mfu(tokens_per_sec)
         busy = " (above 100%: the CPU was busy while its peak was timed)" if utilization > 1 else ""
         eta = ((self.max_iters - iter_num) * iter_seconds

@@ -16,6 +16,14 @@ def fail(message):
     raise SystemExit(f"error: {message}")
 
 
+def stop_signals():
+    """SIGINT, SIGTERM and SIGHUP (Windows has no SIGHUP), less those ignored where the script
+    started (`nohup` ignores SIGHUP, a script's background job SIGINT): they stay ignored."""
+    names = ("SIGINT", "SIGTERM", "SIGHUP")
+    stops = [getattr(signal, name) for name in names if hasattr(signal, name)]
+    return [stop for stop in stops if signal.getsignal(stop) != signal.SIG_IGN]
+
+
 def script_start():
     """What every script does first. Printing never stops it: a character the console cannot show (a
     Windows code page, PYTHONIOENCODING=ascii, a file name that is not UTF-8) is written escaped,
@@ -27,9 +35,7 @@ def script_start():
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):  # not when a test has replaced it
             stream.reconfigure(errors="backslashreplace")
-    names = ("SIGINT", "SIGTERM", "SIGHUP")  # Windows has no SIGHUP
-    stops = [getattr(signal, name) for name in names if hasattr(signal, name)]
-    stops = [stop for stop in stops if signal.getsignal(stop) != signal.SIG_IGN]
+    stops = stop_signals()
 
     # a second stop (a study's runs, then the study itself) is ignored
     def stop_once(signum, frame):
@@ -164,11 +170,7 @@ class StopAfterStep:
     def __init__(self, step_seconds):
         self.step_seconds = step_seconds
         self.requested = False
-        names = ("SIGINT", "SIGTERM", "SIGHUP")  # Windows has no SIGHUP
-        stops = [getattr(signal, name) for name in names if hasattr(signal, name)]
-        # a signal ignored where the run started stays ignored
-        self.stops = [stop for stop in stops if signal.getsignal(stop) != signal.SIG_IGN]
-        for stop in self.stops:
+        for stop in stop_signals():
             signal.signal(stop, self.stop)
 
     def stop(self, signum, frame):
