@@ -20,16 +20,16 @@ import threading
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def project_file(path):
+def project_file(path, root=ROOT):
     """Is this a file of the project a reader of the run opens (not a test, not the laboratory)?"""
     path = os.path.abspath(path)
-    if not path.startswith(ROOT + os.sep) or not path.endswith(".py") or not os.path.isfile(path):
+    if not path.startswith(root + os.sep) or not path.endswith(".py") or not os.path.isfile(path):
         return False
-    top = os.path.relpath(path, ROOT).split(os.sep)[0]
+    top = os.path.relpath(path, root).split(os.sep)[0]
     return top not in ("tests", "lab")
 
 
-def trace_run(script, args):
+def trace_run(script, args, root=ROOT):
     """Run `python script *args` here; return {file: set of line numbers that ran}, which fills
     until the interpreter ends (exit handlers run project code too)."""
     ran = {}
@@ -41,7 +41,7 @@ def trace_run(script, args):
 
     def on_call(frame, event, arg):
         filename = frame.f_code.co_filename
-        if not project_file(filename):
+        if not project_file(filename, root):
             return None  # no line events for torch, numpy, the standard library
         ran.setdefault(filename, set()).add(frame.f_lineno)
         return local
@@ -73,14 +73,14 @@ def unread_lines(tree, lines_ran):
     return unread
 
 
-def count(ran):
+def count(ran, root=ROOT):
     """{file relative to the repository: lines a reader meets} of a traced run."""
     counts = {}
     for filename, lines_ran in sorted(ran.items()):
         with open(filename, encoding="utf-8") as f:
             source = f.read()
         total = len(source.splitlines())
-        counts[os.path.relpath(filename, ROOT)] = total - unread_lines(ast.parse(source), lines_ran)
+        counts[os.path.relpath(filename, root)] = total - unread_lines(ast.parse(source), lines_ran)
     return counts
 
 
