@@ -99,9 +99,9 @@ class Attention(nn.Module):
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
         self.rotary = config.rotary
+        self.context_size = config.context_size  # a KV cache's room
         self.keep_weights = False  # see Transformer.keep_attention_weights
         self.weights = None
-        self.number = None  # its buffer in a KV cache; Transformer.__init__ numbers every Attention
 
     def forward(self, x, pos, context=None, cache=None):
         B, T, C = x.size()
@@ -117,22 +117,21 @@ class Attention(nn.Module):
         if self.rotary:  # queries and keys turned by their positions (the encoder's: the same)
             q = rotate(q, pos)
             kv = torch.stack((rotate(kv[0], pos), kv[1]))
-        mask = None  # causal over these T positions
         if cache is not None:  # generation: earlier positions' too (the KV cache, after the model)
-            kv, mask = cached_keys_values(cache, self.number, kv, pos)
+            kv = cached_keys_values(cache, self, kv)
         # The causal rule: query t reads the keys of positions <= t only. The cross-attention too:
         # the encoder output at t + 1 has read token t + 1, which is the target at t, so without the
-        # mask the decoder could copy the answer.
+        # mask the decoder could copy the answer. (A KV cache's new query: every key is earlier.)
         if self.keep_weights:  # written out, to keep the weights (B, nh, T, L); no dropout
             k, v = kv[..., :hs]  # without a KV cache's padding (see causal_attention)
-            if mask is None:
-                mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            L = k.size(2)  # the queries are the last T of L positions
+            mask = torch.ones(T, L, dtype=torch.bool, device=x.device).tril(L - T)
             # softmax(Q K^T / sqrt(hs) + M), M = 0 where the mask lets a query see a key, else -inf
             scores = q @ k.transpose(-2, -1) / math.sqrt(hs)
             self.weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)
             y = self.weights @ v
         else:  # the same, fused: a faster kernel (causal_attention, after the model)
-            y = causal_attention(q, kv[0], kv[1], self.dropout if self.training else 0.0, mask)
+            y = causal_attention(q, kv[0], kv[1], self.dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side again
         return self.resid_dropout(self.out_proj(y))
 
@@ -258,8 +257,6 @@ class Transformer(nn.Module):
             raise flag_error(c, "embedding_loss")
         self.lm_head = nn.Linear(c.n_embed, c.vocab_size, bias=False)
         self.wte.weight = self.lm_head.weight  # weight tying
-        for number, attention in enumerate(m for m in self.modules() if isinstance(m, Attention)):
-            attention.number = number  # its buffer in a KV cache
         # GPT-2 init: std 0.02, and 0.02 / sqrt(2 x n_layer) for the projections into the residual
         # stream (two per layer; n_layer counts an encoder-decoder's layers per side)
         for module in self.modules():
@@ -276,18 +273,15 @@ class Transformer(nn.Module):
         positions = self.wpe.weight.numel() if self.wpe is not None else 0
         return sum(p.numel() for p in self.parameters()) - positions
 
-    def hidden_states(self, idx, cache=None):
+    def hidden_states(self, idx, cache=None, start=0):
         """One forward pass per variant: the states before the output layer (B, T, C), E, and the
-        encoder output (None for the baseline). cache: {}, or a KV cache whose positions idx
-        continues (the KV cache, after the model)."""
+        encoder output (None for the baseline). cache: a KV cache, {} at first, that idx continues
+        at position `start` (the KV cache, after the model)."""
         c = self.config
         T = idx.size(1)
-        assert cache is not None or T <= c.context_size, (
-            f"sequence of {T} tokens is longer than {c.context_size}")
-        if cache is None:
-            pos = torch.arange(T, device=idx.device)  # (T,)
-        else:  # generation: the positions after the cached ones
-            pos, cache = continue_cache(cache, T, c.context_size, idx.device)
+        assert start + T <= c.context_size, f"{start + T} tokens: more than {c.context_size}"
+        assert start == 0 or T == 1, "a KV cache takes the prompt, then one token at a time"
+        pos = torch.arange(start, start + T, device=idx.device)  # (T,)
         # E = token embedding + positional embedding (rotary positions: the token embedding alone)
         E = self.drop(self.wte(idx) if c.rotary else self.wte(idx) + self.wpe(pos))  # (B, T, C)
         # the next tokens' positions 1..T: subtracted before the output layer, or added to the
@@ -336,13 +330,13 @@ class Transformer(nn.Module):
             raise flag_error(c, "sub_pos_embed")
         return x, E, encoder_out
 
-    def forward(self, idx, targets=None, cache=None, return_logits=True):
+    def forward(self, idx, targets=None, return_logits=True):
         """Returns (logits, loss, terms). With targets: loss is what training minimises
         (cross-entropy in eval mode), terms its detached parts {"ce", "embedding"} for the logs;
         return_logits=False: the same loss without the (B, T, vocab) logits, which are None.
         Without targets, only the last position's logits: (B, 1, vocab)."""
         c = self.config
-        x, E, encoder_out = self.hidden_states(idx, cache)
+        x, E, encoder_out = self.hidden_states(idx)
         if targets is None:
             return self.lm_head(x[:, [-1], :]), None, None
         if return_logits:
@@ -354,7 +348,8 @@ class Transformer(nn.Module):
             # the same without the float32 logits: less memory, and faster on a CPU (logits_needed,
             # after the model)
             logits = None
-            ce = cross_entropy_without_logits(x, self.lm_head.weight, targets)
+            ce = LinearCrossEntropy.apply(x.flatten(0, 1), self.lm_head.weight, targets.flatten(),
+                                          torch.is_grad_enabled())
         loss = ce
         embedding_loss = None
         if c.embedding_loss != "none":  # an unknown one fails in embedding_dissimilarity
@@ -392,36 +387,29 @@ class Transformer(nn.Module):
             encoder_out = self.ln_encoder_out(encoder_out)
         return EMBEDDING_LOSSES[c.embedding_loss](encoder_out, embed_avg)
 
-    def decode_step(self, idx, cache, lm_head_t):
-        """Logits (B, vocab) of the token after idx (B, T), which continues the cache; lm_head_t:
-        lm_head.weight.T."""
-        return self.hidden_states(idx, cache)[0][:, -1, :] @ lm_head_t
-
     @torch.inference_mode()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True,
-                 compile=False, top_p=None, stop_token=None):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
+                 stop_token=None, use_cache=True):
         """Append max_new_tokens tokens to idx (B, T), each drawn from the next token's logits given
         the last context_size tokens; top_k=1: the most likely; top_p: from the fewest most likely
         tokens whose probabilities add up to top_p (nucleus sampling). stop_token: a sequence that
-        drew it repeats it, and once all have, generation stops. use_cache, compile: faster (the
-        KV cache, after the model)."""
+        drew it repeats it, and once all have, generation stops. use_cache: the KV cache (after
+        the model), the same tokens sooner."""
         ctx = self.config.context_size
-        filled = 0  # positions in the cache, counted here, not on the device
-        # decode_step, compiled or not; lm_head.weight.T; new_cache(): an empty KV cache (compiled:
-        # the model's own)
-        one_token_step, lm_head_t, new_cache = fast_decoding(self, compile, idx)
+        # the output layer as (C, vocab): a CPU's matrix-vector product runs ~4x faster so
+        lm_head_t = self.lm_head.weight.T.contiguous()
         cache = None
-        idx_next = None  # the token drawn last
+        filled = 0  # positions in the cache
         done = None  # (B, 1): which sequences drew stop_token
         for _ in range(max_new_tokens):
-            # only the newest token: the cache holds the others' keys / values
-            if use_cache and 0 < filled < ctx:
-                logits = one_token_step(idx_next, cache, lm_head_t)
-                filled = filled + 1
+            if use_cache and 0 < filled < ctx:  # the newest token: the cache holds the others'
+                x = self.hidden_states(idx[:, -1:], cache, start=filled)[0]
+                filled += 1
             else:  # the whole window: the first step, no cache, or a window that slid (a new cache)
-                cache = new_cache() if use_cache else None
-                logits = self.decode_step(idx[:, -ctx:], cache, lm_head_t)
+                cache = {} if use_cache else None
+                x = self.hidden_states(idx[:, -ctx:], cache)[0]
                 filled = min(idx.size(1), ctx)
+            logits = x[:, -1, :] @ lm_head_t  # (B, vocab)
             # max 0: no overflow at any temperature
             logits = (logits - logits.amax(-1, keepdim=True)) / temperature
             if top_k not in (None, 1):
@@ -467,11 +455,14 @@ class Transformer(nn.Module):
         return norms
 
     def flops_per_token(self, T=None):
-        """Training FLOPs (forward + backward) per token: 6 per matmul weight, plus attention over
-        T keys."""
+        """Training FLOPs (forward + backward) per token. MFU, the model FLOPs utilisation, is these
+        x tokens/s over the device's peak FLOP/s."""
         c = self.config
         T = T or c.context_size
         n_attention = len(self.blocks) + 2 * len(getattr(self, "decoder_blocks", []))
+        # 6N: 2 per parameter forward (a multiply and an add), 4 backward; N without the position
+        # table, and its few LayerNorm gains and biases counted as if they were matmul weights.
+        # Attention: 12 per width and key (Q K^T and weights x V, forward and backward)
         return 6 * self.num_params() + 12 * n_attention * c.n_embed * T
 
     def configure_optimizer(self, weight_decay, learning_rate, betas, device_type):
@@ -502,49 +493,39 @@ def build_model(config):
 
 # -----------------------------------------------------------------------------
 # The KV cache. Attention is causal, so the keys and values of a position never change: in
-# generation, each step computes only the new token's and takes the earlier ones from a dict, the
-# cache. cache["kv"][module.number] holds an Attention's, (2, B, nh, context_size, hs), allocated
-# once and written in place (hs padded to a multiple of 8: see causal_attention); cache["length"]
-# counts the positions, in a tensor. So one torch.compile(fullgraph=True) graph of decode_step
-# serves every position (generate passes it idx_next, as a view of idx changes strides each step:
-# a recompile). Past context_size the window slides, every position shifts, and generate starts a
-# new cache.
+# generation, each step computes only the new token's and takes the earlier ones from the cache, a
+# dict that holds, for each Attention, a (2, B, nh, context_size, hs) buffer of keys and values,
+# allocated once and filled in place (hs padded to a multiple of 8: see causal_attention), and how
+# many positions it holds. Past context_size the window slides, every position shifts, and
+# generate starts a new cache.
 
-def continue_cache(cache, T, context_size, device):
-    """The positions (T,) of T new tokens after the cached ones; the cache plus "mask", (T, L): the
-    keys each sees."""
-    if not cache:
-        cache.update(kv={}, length=torch.zeros((), dtype=torch.long, device=device))
-    pos = torch.arange(T, device=device) + cache["length"]
-    cache["length"].add_(T)  # in place: no Python-side effect, so the step compiles whole
-    return pos, {**cache, "mask": torch.arange(context_size, device=device) <= pos[:, None]}
-
-
-def cached_keys_values(cache, number, kv, pos):
-    """Writes keys / values kv (2, B, nh, T, hs) at pos into Attention `number`'s buffer; returns
-    it and the mask."""
-    _, B, nh, _, hs = kv.shape
-    if number not in cache["kv"]:
-        cache["kv"][number] = kv.new_zeros(2, B, nh, cache["mask"].size(1), hs + -hs % 8)
-    cache["kv"][number][..., pos, :hs] = kv
-    return cache["kv"][number], cache["mask"]
+def cached_keys_values(cache, attention, kv):
+    """Writes the keys / values kv (2, B, nh, T, hs) of T new positions into attention's buffer;
+    returns those of every position so far."""
+    hs = kv.size(-1)
+    if attention not in cache:
+        cache[attention] = kv.new_zeros(*kv.shape[:3], attention.context_size, hs + -hs % 8), 0
+    buffer, start = cache[attention]
+    end = start + kv.size(3)
+    buffer[..., start:end, :hs] = kv
+    cache[attention] = buffer, end
+    return buffer[..., :end, :]
 
 
 # -----------------------------------------------------------------------------
 # For speed only: the same numbers, sooner
 
-def causal_attention(q, k, v, dropout_p, mask=None):
-    """Causal attention over the same T positions, fused; a KV cache passes the (T, L) mask of the
-    keys it may see."""
+def causal_attention(q, k, v, dropout_p):
+    """Causal attention of the queries q (B, nh, T, hs) over the keys / values of the same
+    positions, fused; one query alone (a KV cache's step) sees every key."""
     hs = q.size(-1)
     # Fused attention runs up to 1.6x slower on head sizes that are not a multiple of 8 (the
-    # write-up's cross-attention: 15); zero columns change no dot product and give zero outputs
-    # (a KV cache holds its keys / values padded). Not while compiling (a KV cache's keys come
-    # padded: the queries only): the compiler picks its own kernel.
+    # write-up's cross-attention: 15); zero columns change no dot product and give zero outputs.
+    # Not while compiling: the compiler picks its own kernel.
     width = k.size(-1) if is_compiling() else k.size(-1) + -k.size(-1) % 8
     q, k, v = (F.pad(t, (0, width - t.size(-1))) if t.size(-1) < width else t for t in (q, k, v))
-    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
-                                       is_causal=mask is None, scale=1 / math.sqrt(hs))
+    y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=q.size(2) > 1,
+                                       scale=1 / math.sqrt(hs))
     return y[..., :hs]
 
 
@@ -561,55 +542,37 @@ def cumulative_average(E):
     return E.cumsum(dim=1) / i
 
 
-def fast_decoding(model, compile, idx):
-    """generate's one-token step, the output layer's weight transposed (C, vocab): one row's logits
-    come ~4x faster on a CPU, and new_cache(), an empty KV cache. compile: decode_step's
-    torch.compile(fullgraph=True) graph, made once per model; on CUDA also a CUDA graph
-    (mode="reduce-overhead"): each token replays the step's hundreds of kernels as one launch. A
-    graph reads its inputs at fixed addresses, so the transposed weight and the cache are then the
-    model's own, kept for the next call of the same batch size and precision (a new cache: the old
-    one, emptied)."""
-    lm_head_t = model.lm_head.weight.T.contiguous()
-    if not compile:
-        return model.decode_step, lm_head_t, dict
-    cuda = idx.device.type == "cuda"
-    step = model.__dict__.setdefault(f"compiled_step_{cuda}", torch.compile(
-        model.decode_step, fullgraph=True, mode="reduce-overhead" if cuda else None))
-    device_type = idx.device.type
-    autocast = torch.is_autocast_enabled(device_type) and torch.get_autocast_dtype(device_type)
-    key = (idx.size(0), str(idx.device), autocast, lm_head_t.dtype)
-    kept = model.__dict__.get("decoding_buffers")
-    if kept is None or kept["key"] != key:  # cache: filled by generate's first (eager) step
-        kept = dict(key=key, lm_head_t=lm_head_t, cache={}, marked=False)
-        model.__dict__["decoding_buffers"] = kept
-    else:
-        kept["lm_head_t"].copy_(lm_head_t)  # the weights of now, at the address the graph reads
+def softmax_chunks(x, weight, targets, rows):
+    """For each `rows` rows of x (N, C) and their targets (N,): the rows' start, exp(logits - m)
+    (rows, vocab) in float32 with m each row's largest logit, its row sums, and each row's
+    cross-entropy. The (N, vocab) logits never exist at once."""
+    for i in range(0, x.size(0), rows):
+        logits = (x[i:i + rows] @ weight.T).float()  # (rows, vocab)
+        target_logits = logits.gather(1, targets[i:i + rows, None])[:, 0]
+        m = logits.amax(dim=1)
+        p = logits.sub_(m[:, None]).exp_()  # in place: no second (rows, vocab) tensor
+        total = p.sum(dim=1)
+        # cross-entropy = m + log sum_j exp(logit_j - m) - logit_target
+        yield i, p, total, m + total.log() - target_logits
 
-    def new_cache():
-        if kept["cache"]:
-            kept["cache"]["length"].zero_()  # stale keys / values are masked until overwritten
-        return kept["cache"]
 
-    def one_token_step(idx_next, cache, lm_head_t):
-        # tensors the graph may write in place, and reads without a copy each call
-        if not kept["marked"]:
-            for t in (lm_head_t, cache["length"], *cache["kv"].values()):
-                torch._dynamo.mark_static_address(t)
-            kept["marked"] = True
-        if cuda:  # the last step's logits are used: its buffers may be reused
-            torch.compiler.cudagraph_mark_step_begin()
-        return step(idx_next, cache, lm_head_t)
-    return one_token_step, kept["lm_head_t"], new_cache
+def row_cross_entropy(x, weight, targets, rows=256):
+    """The cross-entropy of each row (N,) of the logits x @ weight.T in float32, for x (N, C) and
+    targets (N,): evaluate.py's, every token of a text once."""
+    return torch.cat([losses for *_, losses in softmax_chunks(x.float(), weight.float(), targets,
+                                                               rows)])
 
 
 class LinearCrossEntropy(torch.autograd.Function):
-    """F.cross_entropy(x @ weight.T, targets, ignore_index=-1) in chunks of rows, so the (N, vocab)
-    float32 logits never exist at once; the gradients are taken on the way, while the softmax is at
-    hand. In-place operations only on tensors made here, never on views nor into out=:
-    torch.compile traces it whole."""
+    """F.cross_entropy(x @ weight.T, targets, ignore_index=-1) of x (N, C) in chunks of rows (128 on
+    a CPU, where they stay in its caches, else ~2^28 logits, 1 GiB in float32), so the float32
+    logits never exist at once; the gradients are taken on the way, while the softmax is at hand.
+    In-place operations only on tensors made here, never on views nor into out=: torch.compile
+    traces it whole."""
 
     @staticmethod
-    def forward(ctx, x, weight, targets, chunk_size, grad_enabled):
+    def forward(ctx, x, weight, targets, grad_enabled):
+        rows = 128 if x.device.type == "cpu" else max(128, 2 ** 28 // weight.size(0))
         valid = targets != -1
         n = valid.sum().clamp(min=1)
         C = x.size(1)
@@ -623,23 +586,16 @@ class LinearCrossEntropy(torch.autograd.Function):
         loss = 0.0
         grad_x = []
         grad_weight = torch.zeros_like(w, dtype=torch.float32) if need_grad else None
-        for i in range(0, x.size(0), chunk_size):
-            xc = x[i:i + chunk_size]
-            tc = targets[i:i + chunk_size].clamp(min=0)
-            vc = valid[i:i + chunk_size]
-            logits = (xc @ w.T).float()  # (chunk, vocab)
-            target_logits = logits.gather(1, tc[:, None])
-            # log-sum-exp and the softmax in place: no second (chunk, vocab) tensor, exp taken once
-            m = logits.amax(dim=1, keepdim=True)
-            p = logits.sub_(m).exp_()
-            total = p.sum(dim=1, keepdim=True)
-            loss = loss + ((m + total.log() - target_logits)[:, 0] * vc).sum()
+        for i, p, total, losses in softmax_chunks(x, w, targets.clamp(min=0), rows):
+            vc = valid[i:i + rows]
+            loss = loss + (losses * vc).sum()
             if need_grad:
                 # d loss / d logits = (softmax - one_hot(target)) / n, on the rows that count
-                grad = p.mul_(vc[:, None] / (n * total))
+                grad = p.mul_(vc[:, None] / (n * total[:, None]))
+                tc = targets[i:i + rows].clamp(min=0)
                 grad = grad.scatter_add_(1, tc[:, None], -(vc / n)[:, None]).to(x.dtype)
                 grad_x.append(grad @ w)
-                grad_weight.add_(grad.T @ xc)
+                grad_weight.add_(grad.T @ x[i:i + rows])
         if need_grad:
             ctx.save_for_backward(torch.cat(grad_x)[:, :C], grad_weight[:, :C].to(weight.dtype))
         return loss / n
@@ -647,16 +603,7 @@ class LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss):
         grad_x, grad_weight = ctx.saved_tensors
-        return grad_x * grad_loss, grad_weight * grad_loss, None, None, None
-
-
-def cross_entropy_without_logits(x, weight, targets):
-    """F.cross_entropy(x @ weight.T, targets, ignore_index=-1) of x (B, T, C), by
-    LinearCrossEntropy: chunks of 128 rows on a CPU (they stay in its caches), else of ~2^28 logits
-    (1 GiB in float32) each."""
-    chunk_size = 128 if x.device.type == "cpu" else max(128, 2 ** 28 // weight.size(0))
-    return LinearCrossEntropy.apply(x.reshape(-1, x.size(-1)), weight, targets.reshape(-1),
-                                    chunk_size, torch.is_grad_enabled())
+        return grad_x * grad_loss, grad_weight * grad_loss, None, None
 
 
 def logits_needed(config, device_type, rows=None):

@@ -7,6 +7,7 @@ import os
 import re
 
 import numpy as np
+import torch
 
 from tasks import reversal
 from configurator import read_config
@@ -78,3 +79,25 @@ def test_reversal_held_out_sequences_never_appear_in_training():
         assert len(seen) + len(held_out[n]) == 9 ** n
     total = sum(len(x) for x in held_out.values())
     assert total == 480 and f"{total} held-out sequences" in open(os.path.join(ROOT, "README.md")).read()
+
+
+class Reverser(torch.nn.Module):
+    """A stand-in model whose next token is the prompt's digits reversed, but wrong as the first answer digit of every
+    sequence that starts with a 1: (logits, None, None) as the model's forward without targets."""
+
+    def forward(self, idx):
+        logits = torch.zeros(len(idx), 1, reversal.VOCAB_SIZE)
+        for row, seq in enumerate(idx.tolist()):
+            sep = seq.index(reversal.SEP)
+            x, written = seq[1:sep], seq[sep + 1:]
+            digit = x[len(x) - 1 - len(written)]
+            logits[row, 0, digit % 9 + 1 if x[0] == 1 and not written else digit] = 1.0
+        return logits, None, None
+
+
+def test_accuracy_is_the_share_of_sequences_whose_greedy_answer_is_the_reversed_digits():
+    sequences = reversal.sequences("val")
+    right = sum(int((xs[:, 0] != 1).sum()) for xs in sequences.values())
+    model = Reverser().train()
+    assert reversal.accuracy(model, sequences, "cpu", batch_size=7) == right / sum(map(len, sequences.values()))
+    assert model.training  # the mode it came in
