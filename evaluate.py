@@ -41,101 +41,11 @@ import torch
 
 from configurator import add_flag, argument_parser
 from data import find_dataset, generated_task, get_tokenizer, gpt2_encoding, prepare_hint
-from data import read_articles, without_nul
+from data import read_articles, window_losses, window_starts, without_nul
+from data import split_losses, token_losses  # noqa: F401  (their old home; train.py, tests)
 from machinery.hardware import pick_device
 from machinery.process import fail, on_ctrl_c
 from machinery.run_files import check_same_data, load_checkpoint, trained_meta
-
-# -----------------------------------------------------------------------------
-# scoring a model on token files: every target once, in windows (this script, and train.py with
-# eval_iters=0)
-
-
-def window_starts(n_tokens, block):
-    """Start of each window over n_tokens tokens: every token but the first is a target exactly
-    once."""
-    return list(range(0, n_tokens - 1, block))
-
-
-def row_losses(h, weight, targets, rows=256):
-    """Cross-entropy of each row of the logits h @ weight.T, computed in float32 and returned in
-    float64: `rows` rows at a time into one reused buffer, so the (N, vocab) logits never exist at
-    once (~3x faster on a CPU than F.cross_entropy over a batch's logits, whose memory traffic
-    dominates with a large vocabulary) and nothing big is allocated per chunk (chunks of a few MB,
-    freed and taken again, let a CPU process's heap grow without bound)."""
-    weight = weight.float()
-    losses = torch.empty(len(h), dtype=torch.float64, device=h.device)
-    buffer = torch.empty(min(rows, len(h)), weight.size(0), device=h.device)
-    for r in range(0, len(h), rows):
-        chunk = h[r:r + rows]
-        logits = torch.mm(chunk.float(), weight.T, out=buffer[:len(chunk)])  # (rows, vocab)
-        # cross-entropy = m + log sum_j exp(logit_j - m) - logit_target, with m the largest logit
-        target_logits = logits.gather(1, targets[r:r + rows, None])[:, 0]
-        m = logits.amax(dim=1)
-        losses[r:r + rows] = m + logits.sub_(m[:, None]).exp_().sum(dim=1).log() - target_logits
-    return losses
-
-
-@torch.no_grad()
-def window_losses(model, tokens, block, batch_size, device, starts=None, autocast=None,
-                  progress=None):
-    """Yields (targets, losses) of each batch of windows at `starts` (default: window_starts, so
-    every token of `tokens` but the first, in text order), as int64 and float64 arrays. The model
-    is in eval mode for the call (no dropout). Nothing is kept from batch to batch, so memory
-    does not grow with the length of the text."""
-    was_training = model.training
-    model.eval()
-    starts = window_starts(len(tokens), block) if starts is None else starts
-    lengths = [min(block, len(tokens) - 1 - s) for s in starts]
-    for i in range(0, len(starts), batch_size):
-        batch = list(zip(starts[i:i + batch_size], lengths[i:i + batch_size]))
-        # a shorter last window goes on its own
-        for T in sorted({n for _, n in batch}, reverse=True):
-            group = [s for s, n in batch if n == T]
-            x = np.stack([tokens[s:s + T] for s in group]).astype(np.int64)
-            y = np.stack([tokens[s + 1:s + 1 + T] for s in group]).astype(np.int64)
-            x = torch.from_numpy(x).to(device)
-            y = torch.from_numpy(y).to(device)
-            with autocast or torch.autocast(x.device.type, enabled=False):
-                h = model.hidden_states(x)[0].flatten(0, 1)  # (B*T, C)
-            rows = {} if x.device.type == "cpu" else {"rows": len(h)}  # a GPU: all rows at once
-            losses = row_losses(h, model.lm_head.weight, y.flatten(), **rows)
-            yield y.flatten().cpu().numpy(), losses.cpu().numpy()
-        if progress:
-            progress(min(i + batch_size, len(starts)), len(starts))
-    model.train(was_training)
-
-
-def token_losses(model, tokens, block, batch_size, device, starts=None, autocast=None):
-    """The cross-entropy of each target token of the windows at `starts`, in one float64 array
-    (short texts, tests)."""
-    batches = window_losses(model, tokens, block, batch_size, device, starts, autocast)
-    return np.concatenate([losses for _, losses in batches])
-
-
-def split_losses(model, data_dir, block, batch_size, device, autocast=None):
-    """{"train_loss", "val_loss", "val_loss_seen_ids"}: the mean loss over every token of val.bin
-    once, and over as many windows of train.bin spread evenly, 512 at most (train.py's evaluation
-    with eval_iters=0); val_loss_seen_ids leaves out the val tokens whose id never occurs in
-    train.bin (no model can learn them; their logits only fall)."""
-    val_tokens = np.memmap(os.path.join(data_dir, "val.bin"), dtype=np.uint16, mode="r")
-    train_tokens = np.memmap(os.path.join(data_dir, "train.bin"), dtype=np.uint16, mode="r")
-    # 512 x context_size: a precise enough mean
-    n_windows = min(512, len(window_starts(len(val_tokens), block)))
-    train_starts = np.linspace(0, len(train_tokens) - block - 1, n_windows).astype(int).tolist()
-    train = np.zeros(2)  # total loss, tokens
-    for _, losses in window_losses(model, train_tokens, block, batch_size, device, train_starts,
-                                   autocast):
-        train += losses.sum(), len(losses)
-    seen_ids = np.zeros(max(int(train_tokens.max()), int(val_tokens.max())) + 1, dtype=bool)
-    seen_ids[np.unique(train_tokens)] = True
-    val = np.zeros(4)  # total loss, tokens; the same over the targets whose id occurs in train.bin
-    for targets, losses in window_losses(model, val_tokens, block, batch_size, device, None,
-                                         autocast):
-        seen = seen_ids[targets]
-        val += losses.sum(), len(losses), losses[seen].sum(), seen.sum()
-    return {"train_loss": float(train[0] / train[1]), "val_loss": float(val[0] / val[1]),
-            "val_loss_seen_ids": float(val[2] / val[3])}
 
 # -----------------------------------------------------------------------------
 # the figures: loss, perplexity, bits per byte; a generated task's accuracy
@@ -210,10 +120,11 @@ def main(argv=None):
     autocast = nullcontext()
     if dtype != "float32":
         autocast = torch.autocast(args.device.split(":")[0], getattr(torch, dtype))
-    task = generated_task(dataset)
+    found = find_dataset(dataset, args.out_dir)
+    task = generated_task(dataset, found)
     if task is not None:
         return task_accuracy(args, task, dataset, model, autocast)
-    data_dir = None if args.input else find_dataset(dataset, args.out_dir)
+    data_dir = None if args.input else found
     meta = trained_meta(checkpoint, os.path.join(args.out_dir, "ckpt.pt"), data_dir)
     if args.compile:
         model.hidden_states = torch.compile(model.hidden_states)
@@ -271,6 +182,8 @@ def main(argv=None):
     print(f"{source}: loss {result['loss']:.4f} nats/token, perplexity {result['perplexity']:.2f}, "
           f"{result['bits_per_byte']:.4f} bits/byte over {result['tokens']:,} tokens "
           f"({result['bytes']:,} bytes)")
+    print("(every token once; train.py logs as val loss the mean over eval_iters batches of "
+          "windows at random places, so the two differ a little; with eval_iters=0 it logs this)")
     if unknown:  # no id, so no model of this vocabulary can read or predict them
         share = len(unknown) / (len(unknown) + len(tokens))
         print(f"left out: {len(unknown):,} tokens ({share:.2%}) outside the model's vocabulary of "

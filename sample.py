@@ -18,18 +18,17 @@ from contextlib import nullcontext
 import torch
 
 from configurator import add_flag, argument_parser
-from data import generated_task, get_tokenizer
+from data import find_dataset, generated_task, get_tokenizer
 from machinery.hardware import pick_device
 from machinery.process import fail, on_ctrl_c
 from machinery.run_files import load_checkpoint, trained_meta
 
-on_ctrl_c("stopped sampling", lower="--num_samples or --max_new_tokens",
-          compile_off="leave out --compile")
+on_ctrl_c("stopped sampling", lower="--num_samples or --max_new_tokens")
 
 parser = argument_parser(__doc__, "python sample.py")
 parser.add_argument("--out_dir", default=None,
                     help="the training run's folder, holding ckpt.pt (default: the one out/*/ "
-                         "folder here)")
+                         "folder here, named as it starts)")
 parser.add_argument("--start", default=None,
                     help="the prompt, or FILE:path to read it from a file (default: a new line; a "
                          "generated task: a random prompt per sample)")
@@ -38,7 +37,8 @@ parser.add_argument("--num_samples", type=int, default=3,
 parser.add_argument("--max_new_tokens", type=int, default=300,
                     help="tokens to generate (a generated task: as many as its answer has)")
 parser.add_argument("--temperature", type=float, default=0.8,
-                    help="below 1: more likely tokens, above 1: more random")
+                    help="below 1: more likely tokens, above 1: more random; near 0: the most "
+                         "likely, as --top_k=1")
 parser.add_argument("--top_k", type=int, default=None,
                     help="sample only from the k most likely tokens (default 200; a generated "
                          "task: 1, greedy, unless --top_p is given)")
@@ -53,7 +53,6 @@ parser.add_argument("--device", default="auto",
 parser.add_argument("--dtype", default="auto",
                     help="auto (bfloat16 on a GPU that has it, float16 on an older one, float32 "
                          "elsewhere), float32, bfloat16 or float16")
-add_flag(parser, "--compile", "torch.compile the one-token decoding step")
 args = parser.parse_args()
 checks = (  # setting, is the value allowed?, what to use instead
     ("temperature", 0 < args.temperature < math.inf, "use a number above 0, e.g. 0.8"),
@@ -70,15 +69,20 @@ for name, allowed, fix in checks:
     if not allowed:
         fail(f"{name}={getattr(args, name)!r} is not allowed; {fix}")
 top_p = args.top_p if args.top_p != 1 else None  # 1: every token, as without it
+# logits / temperature overflow float32 below 1e-30; the limit is greedy all the same
+temperature = max(args.temperature, 1e-30)
 
 # the model
 args.device, dtype = pick_device(args.device, args.dtype)
 if args.out_dir is None:  # train.py's default folders are out/<dataset>
     runs = sorted(os.path.dirname(path) for path in glob.glob(os.path.join("out", "*", "ckpt.pt")))
-    if len(runs) != 1:
-        found = f"several runs here ({', '.join(runs)})" if runs else "no out/*/ckpt.pt here"
-        fail(f"{found}; give the run's folder with --out_dir")
+    if not runs:
+        fail("no trained model here (out/*/ckpt.pt): train one first, e.g. the quick start's "
+             "`python train.py --dataset=reversal`, or give a run's folder with --out_dir")
+    if len(runs) > 1:
+        fail(f"several runs here ({', '.join(runs)}); give the run's folder with --out_dir")
     args.out_dir = runs[0]
+    print(f"sampling {args.out_dir}, the one run here (--out_dir picks another)", file=sys.stderr)
 ckpt_path = os.path.join(args.out_dir, "ckpt.pt")
 checkpoint, model = load_checkpoint(args.out_dir, args.device)
 dataset = checkpoint["train_config"]["dataset"]
@@ -106,7 +110,7 @@ if start is not None:
              "--start=FILE:path")
 torch.manual_seed(args.seed)
 
-task = generated_task(dataset)
+task = generated_task(dataset, find_dataset(dataset, args.out_dir))
 if task is not None:  # a generated task has one right answer: greedy, unless --top_p asks to sample
     top_k = args.top_k or (None if top_p else 1)
     greedy = top_k == 1
@@ -115,8 +119,8 @@ if task is not None:  # a generated task has one right answer: greedy, unless --
     for prompt, answer_length in task.prompts(start, num_samples, args.seed):
         x = torch.tensor(prompt, dtype=torch.long, device=args.device)[None, :]
         with torch.no_grad(), autocast:
-            y = model.generate(x, answer_length, temperature=args.temperature, top_k=top_k,
-                               compile=args.compile, top_p=top_p)
+            y = model.generate(x, answer_length, temperature=temperature, top_k=top_k,
+                               top_p=top_p)
         print(task.show(prompt, y[0, x.shape[1]:].tolist()))
     sys.exit(0)
 
@@ -139,13 +143,15 @@ if unknown:
          f"(the tokens of its training text), e.g. {unknown_text!r}; use words of that text")
 skip = 0 if prompt else 1  # an empty prompt starts a new article: its end-of-text is not printed
 prompt = prompt or [eot]
-# generate; prompts longer than the context keep their last context_size tokens
+if len(prompt) > model.config.context_size:  # generate reads the last context_size tokens
+    print(f"note: the prompt's {len(prompt)} tokens are more than the model's context of "
+          f"{model.config.context_size}: it reads the last {model.config.context_size}",
+          file=sys.stderr)
 x = torch.tensor(prompt, dtype=torch.long, device=args.device)[None, :]
 x = x.repeat(args.num_samples, 1)
 with torch.no_grad(), autocast:
-    y = model.generate(x, args.max_new_tokens, temperature=args.temperature,
-                       top_k=args.top_k or 200, compile=args.compile, top_p=top_p,
-                       stop_token=eot if args.stop_at_eot else None)
+    y = model.generate(x, args.max_new_tokens, temperature=temperature, top_k=args.top_k or 200,
+                       top_p=top_p, stop_token=eot if args.stop_at_eot else None)
 for sample in y.tolist():
     new = sample[len(prompt):]
     if args.stop_at_eot and eot in new:

@@ -20,7 +20,7 @@ from lab import study
 SCRIPTS = ["train.py", "sample.py", "evaluate.py", "prepare_wikipedia.py", "lab/study.py", "lab/bench.py"]
 # per script: a setting that takes a number, a boolean one, and the shared names it has
 SETTINGS = {"train.py": ("batch_size", "compile", {"device", "dtype", "compile", "seed"}),
-            "sample.py": ("num_samples", "compile", {"device", "dtype", "compile", "seed"}),
+            "sample.py": ("num_samples", "stop_at_eot", {"device", "dtype", "seed"}),
             "evaluate.py": ("batch_size", "compile", {"device", "dtype", "compile"}),  # no randomness: no seed
             "prepare_wikipedia.py": ("seed", "compact_vocab", {"seed"}),
             "lab/study.py": ("jobs", "dry_run", set()),  # the others go to train.py

@@ -6,6 +6,7 @@ CPU only, no network.
 """
 import ast
 import os
+import shutil
 
 import pytest
 import torch
@@ -101,6 +102,15 @@ def test_a_config_file_that_calls_sys_exit_is_one_line_error_not_a_silent_exit(w
     result = train(workdir, "out_exits", str(tmp_path / "exits.py"), check=False)
     assert_one_line_error(result, "exits.py called sys.exit", "remove that call")
     assert not (workdir / "out_exits").exists()
+
+
+@pytest.mark.parametrize("typed", ["config/cpu_basline.py", "cpu_baseline.py", "confg/cpu_baseline.py"])
+def test_a_mistyped_config_path_suggests_the_near_names_in_config(tmp_path, typed):
+    """A config file not found was only "not found"; now the closest files of its folder and of config/."""
+    shutil.copytree(os.path.join(ROOT, "config"), tmp_path / "config")
+    result = run("train.py", typed, cwd=tmp_path, check=False)
+    assert_one_line_error(result, f"config file '{typed}' not found; did you mean config/cpu_baseline.py")
+    assert os.listdir(tmp_path) == ["config"]  # nothing trained, nothing written
 
 
 def test_help_lists_every_setting_with_its_default_and_meaning(tmp_path):

@@ -141,6 +141,15 @@ def test_missing_dataset_says_how_to_prepare_it(workdir):
     assert_one_line_error(result, "data/nope", "prepare_wikipedia.py", "reversal")
 
 
+def test_missing_dataset_names_the_datasets_data_holds(workdir, tmp_path):
+    """"dataset not found" repeated itself without saying which datasets there are."""
+    shutil.copytree(workdir / "data" / "tiny", tmp_path / "data" / "tiny")
+    assert_one_line_error(train(tmp_path, "out", "--dataset=tine", check=False), "(data/ holds tiny)",
+                          "or try a task that needs no data: --dataset=reversal")
+    (tmp_path / "empty").mkdir()
+    assert_one_line_error(train(tmp_path / "empty", "out", check=False), "(data/ holds no dataset)")
+
+
 def test_missing_dataset_hint_prepares_the_tokens_the_config_needs(workdir):
     result = run("train.py", os.path.join(ROOT, "config", "cpu_baseline.py"), "--dataset=nope", cwd=workdir,
                  check=False)

@@ -36,31 +36,20 @@ def evaluate_in(folder, *args):
 @pytest.mark.parametrize("n_tokens", [2, 17, 33, 50])
 def test_windows_predict_every_token_but_the_first_exactly_once(n_tokens):
     block = 16
-    targets = [t for s in evaluate.window_starts(n_tokens, block)
+    targets = [t for s in data.window_starts(n_tokens, block)
                for t in range(s + 1, min(s + block, n_tokens - 1) + 1)]
     assert targets == list(range(1, n_tokens))
-
-
-@pytest.mark.parametrize("rows", [1, 5, 64, 1000])
-def test_row_losses_equal_cross_entropy_whatever_rows_are_taken_at_a_time(rows):
-    g = torch.Generator().manual_seed(0)
-    h, weight = 3 * torch.randn(200, 24, generator=g), torch.randn(300, 24, generator=g)
-    targets = torch.randint(300, (200,), generator=g)
-    losses = evaluate.row_losses(h, weight, targets, rows)
-    assert losses.dtype == torch.float64
-    torch.testing.assert_close(losses, F.cross_entropy(h @ weight.T, targets, reduction="none").double(),
-                               rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("variant", ["baseline", "encdec", "parallel"])
 def test_token_losses_equal_the_model_loss_over_the_same_windows(variant):
     model = tiny_model(variant=variant)
     tokens = np.random.default_rng(0).integers(50, size=71)  # 4 full windows of 16 and one of 6
-    losses = evaluate.token_losses(model, tokens, 16, batch_size=3, device="cpu")
+    losses = data.token_losses(model, tokens, 16, batch_size=3, device="cpu")
     assert len(losses) == 70
     with torch.no_grad():
         direct = []
-        for s in evaluate.window_starts(len(tokens), 16):
+        for s in data.window_starts(len(tokens), 16):
             x = torch.tensor(tokens[s:s + 16][None])[:, :len(tokens) - 1 - s]
             y = torch.tensor(tokens[s + 1:s + 17][None])
             logits, _, _ = model(x, y)
@@ -72,7 +61,7 @@ def test_token_losses_equal_the_model_loss_over_the_same_windows(variant):
 def test_result_does_not_depend_on_the_batch_size():
     model = tiny_model()
     tokens = np.random.default_rng(1).integers(50, size=200)
-    results = [evaluate.token_losses(model, tokens, 16, batch_size=b, device="cpu") for b in (1, 4, 13, 100)]
+    results = [data.token_losses(model, tokens, 16, batch_size=b, device="cpu") for b in (1, 4, 13, 100)]
     for other in results[1:]:
         np.testing.assert_allclose(other, results[0], rtol=1e-5, atol=1e-6)
 
@@ -80,8 +69,8 @@ def test_result_does_not_depend_on_the_batch_size():
 def test_evaluation_runs_in_eval_mode_and_restores_training_mode():
     model = tiny_model(dropout=0.5).train()
     tokens = np.random.default_rng(2).integers(50, size=40)
-    a = evaluate.token_losses(model, tokens, 16, 4, "cpu")
-    b = evaluate.token_losses(model, tokens, 16, 4, "cpu")
+    a = data.token_losses(model, tokens, 16, 4, "cpu")
+    b = data.token_losses(model, tokens, 16, 4, "cpu")
     assert model.training and np.array_equal(a, b)  # no dropout: the same figures twice
 
 
@@ -110,18 +99,18 @@ def test_split_losses_read_every_val_token_once_and_as_many_train_windows_spread
     folder = compact / "data" / "small"
     val, train = (np.fromfile(folder / f"{split}.bin", dtype=np.uint16) for split in ("val", "train"))
     model = tiny_model(vocab_size=json.load(open(folder / "meta.json"))["vocab_size"], context_size=16)
-    calls, window_losses, token_losses = [], evaluate.window_losses, evaluate.token_losses
+    calls, window_losses, token_losses = [], data.window_losses, data.token_losses
 
     def recorded(model, tokens, block, batch_size, device, starts=None, *args):
         batches = list(window_losses(model, tokens, block, batch_size, device, starts, *args))
         calls.append((len(tokens), starts, np.concatenate([losses for _, losses in batches])))
         return iter(batches)
-    monkeypatch.setattr(evaluate, "window_losses", recorded)
-    result = evaluate.split_losses(model, str(folder), 16, 64, "cpu")
+    monkeypatch.setattr(data, "window_losses", recorded)
+    result = data.split_losses(model, str(folder), 16, 64, "cpu")
     assert set(result) == {"train_loss", "val_loss", "val_loss_seen_ids"}
     (n_train, train_starts, train_losses), (n_val, val_starts, val_losses) = calls
     assert (n_train, n_val, val_starts) == (len(train), len(val), None)
-    assert len(train_starts) == len(evaluate.window_starts(len(val), 16)) > 1
+    assert len(train_starts) == len(data.window_starts(len(val), 16)) > 1
     assert train_starts[0] == 0 and train_starts[-1] == len(train) - 17 and train_starts == sorted(train_starts)
     assert result["train_loss"] == pytest.approx(train_losses.mean(), rel=1e-12)
     direct = token_losses(model, val.astype(np.int64), 16, 64, "cpu")  # evaluate.py's figure for the val split
@@ -135,13 +124,13 @@ def test_split_losses_spread_at_most_512_train_windows(tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     for split, n in (("train", 12000), ("val", 9000)):  # 562 val windows of 16
         rng.integers(0, 50, size=n).astype(np.uint16).tofile(tmp_path / f"{split}.bin")
-    starts, window_losses = [], evaluate.window_losses
+    starts, window_losses = [], data.window_losses
 
     def recorded(model, tokens, block, batch_size, device, windows=None, *args):
         starts.append(windows)
         return window_losses(model, tokens, block, batch_size, device, windows, *args)
-    monkeypatch.setattr(evaluate, "window_losses", recorded)
-    evaluate.split_losses(tiny_model(vocab_size=50, context_size=16), str(tmp_path), 16, 256, "cpu")
+    monkeypatch.setattr(data, "window_losses", recorded)
+    data.split_losses(tiny_model(vocab_size=50, context_size=16), str(tmp_path), 16, 256, "cpu")
     assert len(starts[0]) == 512 and starts[1] is None
 
 
@@ -154,6 +143,8 @@ def test_train_eval_iters_0_logs_the_val_loss_evaluate_reports(trained):
     assert math.isclose(report["loss"], log[-1]["val_loss"], rel_tol=1e-6)
     assert math.isclose(report["bits_per_byte"], report["loss"] * report["tokens"] / report["bytes"] / math.log(2))
     assert {"ln_embed_gain_norm", "ln_encoder_out_gain_norm", "val_embedding_loss"} <= set(log[-1])
+    # which of the two figures it is: every token once, not train.py's sampled windows
+    assert "(every token once; train.py logs as val loss the mean over eval_iters batches of windows" in result.stdout
 
 
 def test_evaluate_input_text_matches_the_prepared_split(trained):
@@ -174,14 +165,16 @@ def test_evaluate_input_text_matches_the_prepared_split(trained):
     assert math.isclose(text["loss"], split["loss"], rel_tol=1e-9)
 
 
-def test_evaluate_input_jsonl_scores_the_articles_text_as_prepare_reads_it_not_the_json(trained):
+@pytest.mark.parametrize("name", ["articles.jsonl", "ARTICLES.JSONL"])
+def test_evaluate_input_jsonl_scores_the_articles_text_as_prepare_reads_it_not_the_json(trained, name):
     """A .jsonl of articles, as prepare_wikipedia.py takes it: only their text is scored, each article followed by
-    its end-of-text, the NUL characters taken out as prepare takes them out."""
+    its end-of-text, the NUL characters taken out as prepare takes them out. The suffix in any case: a .JSONL
+    scored the JSON markup."""
     articles = [{"pageid": i, "title": f"T{i}", "text": f" the {w} was seen in 19{i:02d} .\x00"}
                 for i, w in enumerate(WORDS[:12])]
-    with open(trained / "articles.jsonl", "w") as f:
+    with open(trained / name, "w") as f:
         f.writelines(json.dumps(a) + "\n" for a in articles)
-    result = run("evaluate.py", "--out_dir=run", "--input=articles.jsonl", "--device=cpu", cwd=trained)
+    result = run("evaluate.py", "--out_dir=run", f"--input={name}", "--device=cpu", cwd=trained)
     assert "removed 12 NUL characters from the articles' text" in result.stdout
     meta = json.load(open(trained / "data" / "small" / "meta.json"))
     encode = data.get_tokenizer("gpt2", meta["compact_vocab"], [])[0]

@@ -5,6 +5,7 @@ problem and the fix. CPU only, no network. (The reversal model's sampling: test_
     python -m pytest -q tests/test_sample.py
 """
 import json
+import os
 import shutil
 
 import numpy as np
@@ -21,11 +22,13 @@ def test_sample_continues_the_prompt(workdir):
     assert len(samples) == 2 and all(s.startswith("the castle") and len(s) > len("the castle") + 5 for s in samples)
 
 
-def test_sample_reads_a_prompt_file_longer_than_the_context(workdir):
+def test_sample_reads_a_prompt_file_longer_than_the_context_and_says_it_reads_its_end(workdir):
     (workdir / "prompt.txt").write_text("the river " * 10)  # 100 tokens, context_size 32
     result = run("sample.py", "--out_dir=out_full", "--start=FILE:prompt.txt", "--num_samples=1",
                  "--max_new_tokens=5", "--device=cpu", cwd=workdir)
     assert result.stdout.startswith("the river " * 10)
+    assert "note: the prompt's 100 tokens are more than the model's context of 32: it reads the last 32" in \
+        result.stderr.splitlines()
 
 
 def test_sample_with_an_empty_prompt_prints_no_end_of_text_byte(workdir):
@@ -43,6 +46,17 @@ def test_sample_needs_only_the_run_folder_from_any_working_folder(workdir, tmp_p
     here = run("sample.py", "--out_dir=out_full", *args, cwd=workdir)  # beside data/tiny, which is checked
     away = run("sample.py", f"--out_dir={tmp_path / 'run'}", *args, cwd=tmp_path / "elsewhere")
     assert away.stdout == here.stdout and away.stdout.startswith("the castle")
+
+
+def test_bare_sample_names_the_run_it_samples_and_in_a_folder_without_one_the_quick_start(workdir, tmp_path):
+    """`python sample.py` sampled out/<the one run> without a word, and with none said only "no out/*/ckpt.pt"."""
+    shutil.copytree(workdir / "out_full", tmp_path / "out" / "tiny")
+    result = run("sample.py", "--num_samples=1", "--max_new_tokens=5", "--device=cpu", cwd=tmp_path)
+    named = f"sampling {os.path.join('out', 'tiny')}, the one run here (--out_dir picks another)"
+    assert named in result.stderr.splitlines() and result.stdout
+    (tmp_path / "fresh").mkdir()
+    result = run("sample.py", cwd=tmp_path / "fresh", check=False)
+    assert_one_line_error(result, "no trained model here", "train one first", "`python train.py --dataset=reversal`")
 
 
 def test_sample_without_checkpoint_or_its_tokenizer_says_what_to_do(workdir, tmp_path):
@@ -114,17 +128,12 @@ def test_out_of_memory_is_one_line_naming_the_settings_to_lower(workdir, error):
     assert_one_line_error(result, "out of memory (", "allocate", "lower --num_samples or --max_new_tokens")
 
 
-def test_a_tiny_temperature_samples_the_greedy_tokens_instead_of_overflowing(workdir):
+@pytest.mark.parametrize("temperature", ["1e-30", "1e-300"])  # 1e-300: 0 in float32, a RuntimeError it was
+def test_a_tiny_temperature_samples_the_greedy_tokens_instead_of_overflowing(workdir, temperature):
     common = ["--out_dir=out_full", "--start=the river", "--num_samples=1", "--max_new_tokens=20", "--device=cpu"]
-    tiny = run("sample.py", *common, "--temperature=1e-30", cwd=workdir)
+    tiny = run("sample.py", *common, f"--temperature={temperature}", cwd=workdir)
     greedy = run("sample.py", *common, "--top_k=1", cwd=workdir)
     assert tiny.stdout == greedy.stdout
-
-
-def test_sample_with_a_compiled_decoding_step_prints_the_eager_greedy_text(workdir):
-    args = ["--out_dir=out_full", "--start=the castle", "--num_samples=1", "--max_new_tokens=12", "--top_k=1",
-            "--device=cpu"]
-    assert run("sample.py", *args, "--compile", cwd=workdir).stdout == run("sample.py", *args, cwd=workdir).stdout
 
 
 def test_a_prompt_whose_first_word_lacks_its_space_in_a_compact_vocabulary_is_sampled_with_it(trained):

@@ -9,6 +9,8 @@ import json
 import os
 import shutil
 
+import pytest
+
 import data
 from conftest import ROOT, assert_one_line_error, run
 
@@ -102,3 +104,41 @@ def test_the_three_scripts_name_no_task_beyond_their_examples():
     mentions = sum(open(os.path.join(ROOT, name)).read().count("reversal")
                    for name in ("train.py", "sample.py", "evaluate.py"))
     assert mentions <= 6
+
+
+def test_a_task_and_a_data_folder_of_one_name_are_refused_naming_both(workdir, tmp_path):
+    """With tasks/tiny.py beside data/tiny/, --dataset=tiny trained the task, and evaluate.py scored a run trained
+    on the text as the task ("accuracy 0.00%", exit 0): train, resume, evaluate and sample now stop in one line."""
+    project = tmp_path / "project"
+    project.mkdir()
+    copy_of_the_project(project)
+    (project / "tasks" / "tiny.py").write_text(COPYING)
+    shutil.copytree(workdir / "data" / "tiny", tmp_path / "data" / "tiny")
+    shutil.copytree(workdir / "out_full", tmp_path / "out_full")  # trained on the text of data/tiny
+    for name, args in [("train.py", ["--dataset=tiny", "--out_dir=out_new"]),
+                       ("train.py", ["--out_dir=out_full", "--init_from=resume", "--max_iters=8"]),
+                       ("evaluate.py", ["--out_dir=out_full"]), ("sample.py", ["--out_dir=out_full"])]:
+        result = run(os.path.join(project, name), *args, "--device=cpu", cwd=tmp_path, check=False)
+        assert_one_line_error(result, "--dataset=tiny names both the task", os.path.join("tasks", "tiny.py"),
+                              "the dataset folder", os.path.join("data", "tiny"), "rename one")
+    assert not (tmp_path / "out_new").exists()
+    assert [r["iter"] for r in map(json.loads, open(tmp_path / "out_full" / "log.jsonl"))][-1] == 6
+
+
+@pytest.mark.parametrize("module, fragment", [
+    ("import numpy as np\nimport no_such_module\n", "does not import (ModuleNotFoundError: No module named "
+                                                    "'no_such_module')"),
+    ("DEFAULTS = dict(\n", "does not import (SyntaxError"),
+    (COPYING.replace("def score(", "def accuracy("), "lacks score; a task gives DEFAULTS, VOCAB_SIZE"),
+    (COPYING.replace("DEFAULTS = ", "SETTINGS = ").replace("def show(", "def display("),
+     "lacks DEFAULTS, show; a task gives"),
+], ids=["import_error", "syntax_error", "no_score", "no_defaults"])
+def test_a_task_module_that_does_not_import_or_lacks_a_name_is_one_line_before_anything_is_written(tmp_path, module,
+                                                                                                    fragment):
+    project = tmp_path / "project"
+    project.mkdir()
+    copy_of_the_project(project)
+    (project / "tasks" / "broken.py").write_text(module)
+    result = run(os.path.join(project, "train.py"), "--dataset=broken", "--device=cpu", cwd=tmp_path, check=False)
+    assert_one_line_error(result, f"the task module {project / 'tasks' / 'broken.py'} ", fragment)
+    assert os.listdir(tmp_path) == ["project"]  # no out/broken claimed, nothing written
