@@ -7,7 +7,6 @@ medians over repeats, warm-up excluded.
     python -m lab.bench --quick          # fewer repeats, no 1000-token sampling
     python -m lab.bench --device=cuda --dtype=bfloat16 --compile
     python -m lab.bench --decode_only  # greedy decoding at batch 1 and 8 against Hugging Face's GPT-2 of the same shape
-    python -m lab.bench --decode_only --compile   # ... and our decoding step compiled: its compile time and pay-off
     python -m lab.bench --train_only --compile    # training against Hugging Face's GPT-2 of the baseline's shape,
                                                   # and the write-up's optimizer step of 800 x 200 tokens: its MFU
 
@@ -342,9 +341,6 @@ def decode_race(args):
         model = build_model(model_config(path)).eval()
         model.to(device, dtype)
         models[f"ours {model.config.variant}"] = (model, lambda p, m=model: m.generate(p, new_tokens, top_k=1))
-        if args.compile:  # the same model, its one-token step compiled (fullgraph): the same tokens, faster?
-            models[f"ours {model.config.variant} compiled"] = (
-                model, lambda p, m=model: m.generate(p, new_tokens, top_k=1, compile=True))
     base = models["ours baseline"][0]
     try:
         hf = hf_gpt2(base).to(device, dtype)  # copy_ takes the weights across devices and precisions
@@ -364,23 +360,11 @@ def decode_race(args):
     for batch in (1, 8):
         prompt = torch.randint(0, base.config.vocab_size, (batch, args.decode_prompt),
                                generator=torch.Generator().manual_seed(batch)).to(device)
-        times, outs, warmup = {k: [] for k in models}, {}, {}
+        times, outs = {k: [] for k in models}, {}
         with torch.inference_mode():
-            for k, (_, run) in list(models.items()):  # warm-up: a compiled row compiles here (again for a new batch)
-                seconds = []
-                try:
-                    for _ in range(2):  # the first call's extra time over the same call again: its one-time cost
-                        t0 = time.perf_counter()
-                        run(prompt[:, :4])
-                        sync(device)
-                        seconds.append(time.perf_counter() - t0)
-                except Exception as e:
-                    if not compile_failed(e):
-                        raise
-                    print(f"decode: {k} left out: {machine_error(e, '')}", flush=True)
-                    del models[k], times[k]
-                    continue
-                warmup[k] = seconds[0] - seconds[1]
+            for _, run in models.values():  # warm-up
+                run(prompt[:, :4])
+                sync(device)
             for _ in range(args.decode_repeats):
                 for k, (_, run) in models.items():
                     sync(device)
@@ -400,15 +384,6 @@ def decode_race(args):
                        vs_hf=speed / hf_speed if hf_speed else None,
                        of_bound=weight_bytes[k] * speed / batch / bandwidth,
                        tokens_agree_with_hf=agree)
-            if k.endswith(" compiled"):  # compiling costs the extra seconds of its warm-up; it pays off after
-                eager = k.removesuffix(" compiled")  # compile_s / (seconds per token eager - compiled) tokens
-                eager_speed = batch * new_tokens / statistics.median(times[eager])
-                compile_s, gain = warmup[k], 1 / eager_speed - 1 / speed
-                row.update(same_tokens_as_eager=torch.equal(outs[k], outs[eager]), vs_eager=speed / eager_speed,
-                           compile_s=compile_s, pays_off_after=compile_s / gain if gain > 0 else None)
-                note = (f"{'same as' if row['same_tokens_as_eager'] else 'DIFFER from'} eager, "
-                        f"{row['vs_eager']:.2f}x its tok/s, compiled in {compile_s:.1f}s: "
-                        + (f"pays off after {compile_s / gain:,.0f} tokens" if gain > 0 else "never pays off"))
             rows.append(row)
             vs_hf = f"{row['vs_hf']:.2f}x" if hf_speed else "-"
             print(f"{k:24} {batch:>5} {row['weight_bytes'] / 1e6:>6.1f} {speed:>8.1f} {vs_hf:>6} "
@@ -478,7 +453,7 @@ def main():
     parser = argument_parser(__doc__, "python -m lab.bench")
     parser.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
     parser.add_argument("--dtype", default="auto", help="auto (as train.py), float32, bfloat16 or float16")
-    add_flag(parser, "--compile", "torch.compile the training step, and race compiled decoding too")
+    add_flag(parser, "--compile", "torch.compile the training step")
     add_flag(parser, "--quick", "fewer repeats, no 1000-token sampling")
     parser.add_argument("--configs", default="paper,cpu", help="comma-separated: paper, cpu")
     parser.add_argument("--repeats", type=int, default=None,

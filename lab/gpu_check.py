@@ -11,10 +11,9 @@ Its steps, each in a process of its own with its own time limit (output: gpu_che
   ddp torchrun        torchrun with DDP on one GPU: the losses of one plain process
   accumulation compiled  the encoder-decoder's step compiled at 1 x 32 sequences (CUDA graphs) and at 4 x 8
                       (gradient accumulation): the gradient norms of the eager 1 x 32 step
-  sample compiled     sample.py --compile against sample.py: the same tokens
   race train          lab.bench --train_only --compile: tokens/s against Hugging Face's GPT-2, MFU of the
                       write-up's optimizer step
-  race decode         lab.bench --decode_only --compile: decoding against Hugging Face's GPT-2
+  race decode         lab.bench --decode_only: decoding with the KV cache against Hugging Face's GPT-2
 It needs no download: the training steps read a generated dataset of random GPT-2 token ids (data/gpu_check).
 It prints one table, a row per step as it ends: ok, short (it ran, and a figure missed its target) or FAIL (an
 error or its time limit: the last line of its output). Exit status 1 if any step failed, else 0; without a CUDA GPU,
@@ -185,7 +184,6 @@ def steps(args, python):
     """The check's steps: those that may run side by side, and those that run alone (timings)."""
     device, tiny = args.device, args.tiny
     train = [python, os.path.join(ROOT, "train.py")]
-    sample = [python, os.path.join(ROOT, "sample.py")]
     model_flags = TINY_MODEL if tiny else []
     reversal = ["--dataset=reversal", f"--device={device}", "--overwrite=True", "--log_interval=1000"] + (
         TINY_REVERSAL if tiny else [])
@@ -244,14 +242,6 @@ def steps(args, python):
                 f"--gradient_accumulation_steps={micro_steps}"] for name, (compiled, micro_steps) in runs.items()],
         300, same_steps))
 
-    def same_samples(outputs):
-        eager, compiled = (open(path).read() for path in outputs[1:])
-        if eager != compiled:
-            return "FAIL", "compiled sampling gave other tokens than eager"
-        return "ok", f"{eager.count(' -> ')} reversal samples, the eager tokens"
-    trained = train + reversal + [f"--max_iters={20 if tiny else 200}", "--out_dir=runs/sample"]
-    draw = sample + ["--out_dir=runs/sample", "--num_samples=8", f"--device={device}"]
-    side_by_side.append(Step("sample compiled", [trained, draw, draw + ["--compile"]], 300, same_samples))
 
     bench = [python, "-m", "lab.bench", f"--device={device}", "--quick"] + (
         ["--configs=cpu", "--threads=1"] if tiny else ["--configs=paper", "--compile"])
@@ -268,11 +258,10 @@ def steps(args, python):
     def decode_race(outputs):
         with open(decode_json) as f:
             rows = {(r["model"], r["batch"]): r for r in json.load(f)["decode"]["rows"]}
-        kind = " compiled" * (not tiny)  # --tiny: eager only, as compiling takes minutes on a CPU
         return target_figure([
-            dict(label="batch 1: baseline {} HF", value=rows[f"ours baseline{kind}", 1]["vs_hf"], target=5.0,
+            dict(label="batch 1: baseline {} HF", value=rows["ours baseline", 1]["vs_hf"], target=5.0,
                  format="{:.1f}x"),
-            dict(label="batch 8: encdec {} HF", value=rows[f"ours encdec{kind}", 8]["vs_hf"], target=1.0,
+            dict(label="batch 8: encdec {} HF", value=rows["ours encdec", 8]["vs_hf"], target=1.0,
                  format="{:.2f}x")])
     alone = [
         Step("race train", [bench + ["--train_only", f"--json={train_json}"]

@@ -75,8 +75,7 @@ def test_checks_read_the_figures_and_fail_a_resume_whose_losses_differ(tmp_path)
     (tmp_path / "race_train.json").write_text(json.dumps({"train": {"targets": race}}))
     assert steps["race train"].check([]) == (
         "short", "baseline 1.31x HF, encdec 0.80x ours (<0.90x), parallel MFU 22% (<25%)")
-    decode = [dict(model=m, batch=b, vs_hf=v) for m, b, v in (("ours baseline compiled", 1, 6.0),
-                                                               ("ours encdec compiled", 8, 1.1))]
+    decode = [dict(model=m, batch=b, vs_hf=v) for m, b, v in (("ours baseline", 1, 6.0), ("ours encdec", 8, 1.1))]
     (tmp_path / "race_decode.json").write_text(json.dumps({"decode": {"rows": decode}}))
     assert steps["race decode"].check([]) == ("ok", "batch 1: baseline 6.0x HF, batch 8: encdec 1.10x HF")
     for name, loss in (("resume_straight", 2.5), ("resume_half", 2.6)):
