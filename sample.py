@@ -74,6 +74,7 @@ temperature = max(args.temperature, 1e-30)
 
 # the model
 args.device, dtype = pick_device(args.device, args.dtype)
+named = ""  # the run, where it was not given: said once the prompt has passed its checks
 if args.out_dir is None:  # train.py's default folders are out/<dataset>
     runs = sorted(os.path.dirname(path) for path in glob.glob(os.path.join("out", "*", "ckpt.pt")))
     if not runs:
@@ -82,7 +83,7 @@ if args.out_dir is None:  # train.py's default folders are out/<dataset>
     if len(runs) > 1:
         fail(f"several runs here ({', '.join(runs)}); give the run's folder with --out_dir")
     args.out_dir = runs[0]
-    print(f"sampling {args.out_dir}, the one run here (--out_dir picks another)", file=sys.stderr)
+    named = f"sampling {args.out_dir}, the one run here (--out_dir picks another)\n"
 ckpt_path = os.path.join(args.out_dir, "ckpt.pt")
 checkpoint, model = load_checkpoint(args.out_dir, args.device)
 dataset = checkpoint["train_config"]["dataset"]
@@ -116,7 +117,9 @@ if task is not None:  # a generated task has one right answer: greedy, unless --
     greedy = top_k == 1
     # greedy decoding of one prompt has one answer
     num_samples = 1 if greedy and start is not None else args.num_samples
-    for prompt, answer_length in task.prompts(start, num_samples, args.seed):
+    prompts = task.prompts(start, num_samples, args.seed)
+    print(named, end="", file=sys.stderr)
+    for prompt, answer_length in prompts:
         x = torch.tensor(prompt, dtype=torch.long, device=args.device)[None, :]
         with torch.no_grad(), autocast:
             y = model.generate(x, answer_length, temperature=temperature, top_k=top_k,
@@ -143,6 +146,7 @@ if unknown:
          f"(the tokens of its training text), e.g. {unknown_text!r}; use words of that text")
 skip = 0 if prompt else 1  # an empty prompt starts a new article: its end-of-text is not printed
 prompt = prompt or [eot]
+print(named, end="", file=sys.stderr)
 if len(prompt) > model.config.context_size:  # generate reads the last context_size tokens
     print(f"note: the prompt's {len(prompt)} tokens are more than the model's context of "
           f"{model.config.context_size}: it reads the last {model.config.context_size}",
