@@ -22,20 +22,17 @@ from contextlib import nullcontext
 import torch
 
 from configurator import configure
-from data import Batches, generated_task, open_dataset
-from evaluate import split_losses
-from machinery import distributed, files, hardware, run_files
-from machinery.process import StopAfterStep, fail, script_start, train_stop_hook
+from data import Batches, generated_task, open_dataset, prepare_hint, split_losses
+from machinery import distributed, hardware, process, run_files
 from model import ModelConfig, build_model, get_lr, logits_needed
 
-
-sys.excepthook = train_stop_hook(globals())  # one line, never a traceback
-script_start()
+# a stop or an error ends the run with one line saying where its last checkpoint is
+stop = process.start_training(globals())
 # -----------------------------------------------------------------------------
 # settings; the defaults train the write-up's model (13 + 13 layers, 150 wide) as its appendix runs
 # did (one A100, 9k steps); a generated task of tasks/ has its own small model and schedule
 out_dir = ""  # folder for ckpt.pt and log.jsonl; "" means out/<dataset>
-dataset = "wikipedia"  # data/<dataset>/{train,val}.bin and meta.json, or a task of tasks/
+dataset = "wikitext103"  # data/<dataset>/{train,val}.bin and meta.json, or a task of tasks/
 batch_size = 50  # sequences per micro-batch
 gradient_accumulation_steps = 16  # micro-batches per optimizer step, over all processes together
 max_iters = 9000  # optimizer steps of the whole run
@@ -73,16 +70,13 @@ user_set = configure(globals(), defaults, sys.argv[1:], ModelConfig,
                             "in tasks/).")
 out_dir = out_dir or os.path.join("out", dataset)  # each dataset its own folder
 ckpt_path = os.path.join(out_dir, "ckpt.pt")
-log_path = os.path.join(out_dir, "log.jsonl")
 resume_command = f"python train.py --out_dir={out_dir} --init_from=resume"
 master = int(os.environ.get("RANK", 0)) == 0  # rank 0 of torchrun writes
 checkpoint = None
-saved_iter = None  # the iteration of the checkpoint in out_dir
 restored = {}  # the settings a resume takes from its checkpoint
-logged = []  # the run's log records, which its checkpoints carry
 if init_from == "resume":  # the checkpoint's settings fill in every key not set here
     asked = {"dataset": dataset, "seed": seed}
-    checkpoint, restored, logged = run_files.resume(out_dir, asked, user_set, master)
+    checkpoint, restored = run_files.resume(out_dir, asked, user_set, master)
     globals().update(restored)
     user_set |= restored.keys()
 task = generated_task(dataset)
@@ -119,24 +113,24 @@ checks = {  # setting: (is the value allowed?, what to use instead)
     "dataset": (re.fullmatch(r"[\w.-]+", dataset) is not None,
                 "give a folder name of data/, or a task of tasks/"),
 }
-for key, (allowed, fix) in checks.items():
-    if not allowed:
-        fail(f"{key}={globals()[key]!r} is not allowed; {fix}")
-restored_device = {"device", "dtype"} & restored.keys()
-device, dtype = hardware.pick_device(device, dtype, ckpt_path if restored_device else None)
+errors = [f"{key}={globals()[key]!r} is not allowed; {fix}"
+          for key, (allowed, fix) in checks.items() if not allowed]
+try:  # the model's flags: checked by ModelConfig (vocab_size: the dataset's, below)
+    config = ModelConfig(**{k: globals()[k] for k in ModelConfig.flags()
+                            if globals()[k] is not None})
+except ValueError as e:
+    errors.append(str(e))
+if errors:
+    process.fail(errors[0])
+resumed_device = {"device", "dtype"} & restored.keys()
+device, dtype = hardware.pick_device(device, dtype, ckpt_path if resumed_device else None)
+if dataset == "wikitext103" and not os.path.exists(os.path.join("data", dataset)):  # say what it is
+    hardware.introduce_run(build_model(config), batch_size, gradient_accumulation_steps, max_iters,
+                           eval_iters, eval_interval, device)
 train_config = {k: globals()[k] for k in defaults}  # saved in checkpoints
-if checkpoint is not None:  # a finished run ends here; one resumed otherwise says what changed
-    run_files.exit_if_finished(checkpoint, max_iters, logged, out_dir, master)
-    run_files.note_changes(checkpoint, train_config, master)
-hardware.pick_threads(device)
-if init_from == "scratch" and not overwrite:
-    run_files.check_fresh(out_dir)
-if wandb_log and master:  # imported only when asked; its run starts once every check has passed
-    wandb = run_files.import_wandb()
 # -----------------------------------------------------------------------------
 # processes and devices
-rank, world_size, device = distributed.start(device)
-distributed.check_split(batch_size, gradient_accumulation_steps, world_size)
+rank, world_size, device = distributed.start(device, batch_size, gradient_accumulation_steps)
 my_micro_steps = list(range(rank, gradient_accumulation_steps, world_size))  # r, r + W, ...
 device_type = device.split(":")[0]  # cuda, mps or cpu
 ptdtype = getattr(torch, dtype)
@@ -150,39 +144,18 @@ torch.backends.cudnn.allow_tf32 = True
 # data: a generated task, or data/<dataset>; every batch fixed by (seed, iteration)
 command = " ".join(["train.py", *sys.argv[1:]])
 source, block, vocab_size, meta = open_dataset(  # context_size, vocab_size: ModelConfig flags
-    dataset, context_size or ModelConfig.context_size, vocab_size, command)  # noqa: F821
-if checkpoint is not None and task is None:  # the same tokens and text as the run so far
-    run_files.check_same_data(checkpoint, meta, dataset, training=True)
+    dataset, config.context_size, vocab_size, command)  # noqa: F821
 batches = Batches(source, block, batch_size, gradient_accumulation_steps, seed, device)
-with distributed.stop_together():
-    if master:  # one process at a time in out_dir
-        files.claim_folder(out_dir, command, hold=init_from == "scratch")  # resume: held
 # -----------------------------------------------------------------------------
-# model, optimizer, checkpoint
-try:
-    config = ModelConfig(**{k: globals()[k] for k in ModelConfig.flags()
-                            if globals()[k] is not None})
-except ValueError as e:
-    fail(e)
-iter_num = 0
-best_val_loss = float("inf")
-tokens_seen = 0
-grad_norm = None  # of the last step, logged at the next evaluation
-wandb_run_id = None
-if checkpoint is not None:
-    run_files.check_resumable(checkpoint, config, ckpt_path, dataset)
-    iter_num = checkpoint["iter_num"]
-    saved_iter = iter_num
-    best_val_loss = checkpoint["best_val_loss"]
-    wandb_run_id = checkpoint.get("wandb_run_id")  # a resumed run goes on in its W&B run
-    tokens_seen = run_files.tokens_trained(checkpoint)
-    grad_norm = run_files.saved_grad_norm(checkpoint)
+# model, optimizer, and the run's folder: a resume restores their state from its checkpoint
+config = dataclasses.replace(config, vocab_size=vocab_size)
 torch.manual_seed(seed)  # the same initial weights in every process
 raw_model = build_model(config).to(device)
 optimizer = raw_model.configure_optimizer(weight_decay, learning_rate, (beta1, beta2), device_type)
-if checkpoint is not None:
-    run_files.restore(checkpoint, raw_model, optimizer, scaler, device_type)
-    checkpoint = None  # free the memory
+iter_num, best_val_loss, tokens_seen, grad_norm, logged, wandb_run = run_files.start(
+    checkpoint, raw_model, optimizer, scaler, train_config, meta, command, prepare_hint)
+saved_iter = iter_num if checkpoint is not None else None  # the checkpoint in out_dir
+checkpoint = None  # free the memory
 # the loss without the (B, T, vocab) logits where they would be large (model.logits_needed)
 return_logits = logits_needed(config, device_type, batch_size * block)
 model = raw_model
@@ -192,14 +165,9 @@ if compile:  # as CUDA graphs on one GPU without accumulation (see hardware.comp
                                    return_logits, distributed.all_sum, master)
 eval_model = model
 model = distributed.wrap(model, device_type)
-
-
 # the learning rate of each step: get_lr in model.py, beside the optimizer's settings
 schedule = dict(learning_rate=learning_rate, min_lr=min_lr, warmup_iters=warmup_iters,
                 lr_decay_iters=lr_decay_iters, decay_lr=decay_lr)
-
-
-stop_write_failed = run_files.write_failed(globals())  # one line: what is kept, how to go on
 
 
 @torch.no_grad()
@@ -235,99 +203,78 @@ def estimate_loss():
 
 
 def evaluation():
-    """An evaluation's record: its losses, then the last steps' lr, gradient norm and speed."""
-    speed = meter.interval_speed
-    record = {"iter": iter_num, "tokens": tokens_seen, **estimate_loss(),
-              "lr": get_lr(iter_num, **schedule),
-              "grad_norm": None if grad_norm is None else grad_norm.item(),  # inf: a step skipped
-              **({"grad_scale": scaler.get_scale()} if scaler.is_enabled() else {}),
-              "tokens_per_sec": speed, "mfu": speed and meter.mfu(speed)}
-    bad = [f"{k}={v}" for k, v in record.items()
-           if k.endswith("loss") and v is not None and not math.isfinite(v)]
-    if bad:
-        stop_non_finite(", ".join(bad))
-    return record
+    """An evaluation's record: its losses, then the last steps' lr, gradient norm and speed. None
+    where a stop comes before or during it: the step is saved, and a resume evaluates it."""
+    if stop.requested:
+        return None
+    with stop.evaluation(iter_num):  # a stop ends it at once
+        speed = meter.evaluating(iter_num)
+        return {"iter": iter_num, "tokens": tokens_seen, **estimate_loss(),
+                "lr": get_lr(iter_num, **schedule),
+                "grad_norm": None if grad_norm is None else grad_norm.item(),  # inf: a step skipped
+                **({"grad_scale": scaler.get_scale()} if scaler.is_enabled() else {}),
+                "tokens_per_sec": speed, "mfu": speed and meter.mfu(speed)}
+    return None
 
 
-def save_checkpoint():
-    global saved_iter
-    checkpoint = {
-        "model_config": dataclasses.asdict(config), "model": raw_model.state_dict(),
-        "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-        "iter_num": iter_num,  # also the data position: batches are a function of (seed, iteration)
-        "tokens": tokens_seen, "best_val_loss": best_val_loss, "train_config": train_config,
-        "wandb_run_id": wandb_run_id,
-        "log": logged,  # a resume checks that the log is this run's, and rebuilds a lost one
-        "dataset_meta": meta,  # sample.py checks that data/<dataset>/meta.json has this tokenizer
-        "rng": run_files.rng_states(device_type),
-        "grad_norm": None if grad_norm is None else grad_norm.item(),  # for a resume mid-interval
-    }
-    run_files.write_checkpoint(ckpt_path, checkpoint, on_error=stop_write_failed)
-    saved_iter = iter_num
-
-
-def log_and_save(record):
-    """Append the evaluation's record to the log; save a checkpoint (always, or when the val loss
-    improves)."""
-    global best_val_loss
-    accuracy = f", val accuracy {record['val_accuracy']:.1%}" if "val_accuracy" in record else ""
-    print(f"eval {iter_num}: train loss {record['train_loss']:.4f}, val loss "
-          f"{record['val_loss']:.4f}{accuracy}", flush=True)
-    run_files.append_log(log_path, record, on_error=stop_write_failed)
-    logged.append(record)
-    if wandb_log:
-        wandb.log({k: v for k, v in record.items() if v is not None}, step=iter_num)
-    if always_save_checkpoint or record["val_loss"] < best_val_loss:
+def save(record):
+    """Log rank 0's evaluation record (None: none, or a stop ended it) and save a checkpoint of this
+    step: always, or where the val loss improves (always_save_checkpoint=False)."""
+    global best_val_loss, saved_iter
+    improved = record is not None and record["val_loss"] < best_val_loss
+    checkpoint = None
+    if record is not None:
         best_val_loss = min(best_val_loss, record["val_loss"])
-        save_checkpoint()
-
-
-def stop_non_finite(what):
-    fail(f"non-finite {what} at iteration {iter_num}: stopped; the last good checkpoint "
-         f"{ckpt_path} is kept. Lower --learning_rate or raise --warmup_iters")
-
-
-def stop_saving():
-    """A stop after a finished step: save it (always_save_checkpoint=False: the best so far stays),
-    then end as Ctrl-C does, with the one line saying where the last checkpoint is."""
-    with distributed.stop_together():
-        if master and always_save_checkpoint:
-            save_checkpoint()
-    raise KeyboardInterrupt
+        logged.append(record)
+    if master and (always_save_checkpoint or improved) and (record or saved_iter != iter_num):
+        checkpoint = {
+            "model_config": dataclasses.asdict(config), "model": raw_model.state_dict(),
+            "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
+            "iter_num": iter_num,  # also the data position: batches are a function of (seed, it)
+            "tokens": tokens_seen, "best_val_loss": best_val_loss, "train_config": train_config,
+            "wandb_run_id": wandb_run and wandb_run.id,
+            "log": logged,  # a resume checks that the log is this run's, and rebuilds a lost one
+            "dataset_meta": meta,  # the tokenizer, for sample.py and evaluate.py
+            "grad_norm": None if grad_norm is None else grad_norm.item(),  # a resume mid-interval
+        }
+    saved_iter = run_files.save(out_dir, record, checkpoint, saved_iter, resume_command)
+    if record is not None:
+        accuracy = ""
+        if "val_accuracy" in record:
+            accuracy = f", val accuracy {record['val_accuracy']:.1%}"
+        print(f"eval {iter_num}: train loss {record['train_loss']:.4f}, val loss "
+              f"{record['val_loss']:.4f}{accuracy}", flush=True)
+        if wandb_run:
+            wandb_run.log({k: v for k, v in record.items() if v is not None}, step=iter_num)
 
 
 tokens_per_iter = gradient_accumulation_steps * batch_size * block
 meter = hardware.Meter(raw_model.flops_per_token(block), tokens_per_iter, max_iters, eval_interval,
                        device, ptdtype, world_size)
-with distributed.stop_together():
-    if master:
-        if wandb_log:  # now that every check has passed: a run stopped by its checks leaves none
-            wandb_run_id = run_files.start_wandb(wandb, wandb_project, wandb_run_name or out_dir,
-                                                 wandb_run_id, train_config)
-        run_files.start_log(out_dir, logged, iter_num, init_from == "resume", stop_write_failed)
-        processes = f"{world_size} process{'es' * (world_size > 1)}"
-        print(f"{config.variant}: {raw_model.num_params():,} parameters; {tokens_per_iter:,} "
-              f"tokens per iteration ({processes}, {device}, {dtype}); "
-              + (f"resuming at iteration {iter_num}" if init_from == "resume" else "from scratch"))
-        # early, before a long first evaluation: how long the run will take
-        meter.estimate(raw_model, batches, autocast, return_logits, eval_iters, source,
-                       len(my_micro_steps), iter_num, init_from == "resume")
-stop = StopAfterStep(meter.step_seconds)  # from here, a stop saves the step it comes in
+if master:
+    processes = f"{world_size} process{'es' * (world_size > 1)}"
+    print(f"{config.variant}: {raw_model.num_params():,} parameters; {tokens_per_iter:,} "
+          f"tokens per iteration ({processes}, {device}, {dtype}); "
+          + (f"resuming at iteration {iter_num}" if init_from == "resume" else "from scratch"))
+    # early, before a long first evaluation: how long the run will take
+    meter.estimate(raw_model, batches, autocast, return_logits, eval_iters, source,
+                   len(my_micro_steps), iter_num)
+stop.arm(lambda: meter.step_seconds(iter_num))  # from here, a stop saves the step it comes in
 run_start = time.time()
-meter.restart()
+meter.restart(iter_num)
 while True:
     lr = get_lr(iter_num, **schedule)
     for group in optimizer.param_groups:
         group["lr"] = lr
-    logged_here = bool(logged) and logged[-1]["iter"] == iter_num  # a resume's checkpoint's
-    if (iter_num % eval_interval == 0 or iter_num >= max_iters) and not logged_here:
-        with distributed.stop_together():  # evaluation, log and checkpoint: rank 0's work
-            if master:
-                meter.evaluation_starts(iter_num)
-                record = evaluation()
-                meter.evaluation_ends()
-                log_and_save(record)
-        meter.restart()
+    evaluated = bool(logged) and logged[-1]["iter"] == iter_num  # a resume's checkpoint's
+    if (iter_num % eval_interval == 0 or iter_num >= max_iters) and not evaluated:
+        with distributed.stop_together():  # evaluation: rank 0's work
+            record = evaluation() if master else None
+        save(record)
+        meter.restart(iter_num)
+    if distributed.any_of(stop.requested):  # every process stops before the same step, or none
+        save(None)  # the step it came in (always_save_checkpoint=False: the best so far stays)
+        raise KeyboardInterrupt  # one line, saying where the last checkpoint is
     if iter_num >= max_iters:
         break
 
@@ -350,23 +297,18 @@ while True:
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
     iter_num += 1
-    meter.tokens += tokens_per_iter
     tokens_seen += tokens_per_iter
 
-    if distributed.any_of(stop.requested):  # every process stops after the same step, or none
-        stop_saving()
     if iter_num % log_interval == 0:  # the only place the loop waits for the device
-        loss_sum = distributed.all_sum(loss.item())  # over the processes: all stop, or none
-        with distributed.stop_together():
-            if master and not math.isfinite(loss_sum):
-                stop_non_finite(f"loss={loss_sum / world_size}")
-    if master and (meter.due(iter_num) or iter_num % log_interval == 0):
+        run_files.check_finite(loss.item(), iter_num, out_dir)  # all processes stop, or none
+    speed = master and meter.progress(iter_num, last=iter_num % log_interval == 0)
+    if speed:
         embedding = ""
         if terms["embedding"] is not None:
             embedding = f", embedding loss {terms['embedding'].item():.3e}"
         scale = f" (float16 grad scale {scaler.get_scale():.0f})" if scaler.is_enabled() else ""
         print(f"iter {iter_num}: loss {terms['ce'].item():.4f}{embedding}, grad norm "
-              f"{grad_norm.item():.3f}{scale}, lr {lr:.2e}, {meter.progress(iter_num)}", flush=True)
+              f"{grad_norm.item():.3f}{scale}, lr {lr:.2e}, {speed}", flush=True)
 if master:
     print(f"done: {iter_num} iterations in {time.time() - run_start:.1f}s; checkpoint and "
           f"log in {out_dir}/")

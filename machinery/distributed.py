@@ -1,6 +1,6 @@
 """
-Several processes training as one (DDP, started by torchrun): each process its rank, every decision
-to stop taken by all of them together, so that none is left waiting for the others.
+Several processes training as one (DDP, by torchrun): every decision to stop taken by all together,
+so that none is left waiting for the others.
 """
 import math
 import os
@@ -18,14 +18,16 @@ device = "cpu"  # this process's device, set by start
 flags = None  # with NCCL, a gloo group for yes-or-no questions, answered without waiting for a GPU
 
 
-def start(device_asked):
+def start(device_asked, batch_size, gradient_accumulation_steps):
     """Join the other processes, if torchrun started several: (rank, world_size, this process's
-    device: cuda:LOCAL_RANK on GPUs)."""
+    device: cuda:LOCAL_RANK on GPUs); one line where they cannot share a step's micro-batches."""
     global device, flags
     device = device_asked
     if not ddp:
         return 0, 1, device
     dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+    if gradient_accumulation_steps % dist.get_world_size():
+        stop_uneven(batch_size, gradient_accumulation_steps, dist.get_world_size())
     if device.startswith("cuda") and dist.is_gloo_available():
         flags = dist.new_group(backend="gloo")
     if device.startswith("cuda"):
@@ -34,10 +36,8 @@ def start(device_asked):
     return dist.get_rank(), dist.get_world_size(), device
 
 
-def check_split(batch_size, gradient_accumulation_steps, world_size):
+def stop_uneven(batch_size, gradient_accumulation_steps, world_size):
     """Stop with one line where the micro-batches of a step cannot be shared out evenly."""
-    if gradient_accumulation_steps % world_size == 0:
-        return
     # the same step of sequences in smaller micro-batches
     steps = math.lcm(gradient_accumulation_steps, world_size)
     sequences = batch_size * gradient_accumulation_steps
@@ -49,8 +49,7 @@ def check_split(batch_size, gradient_accumulation_steps, world_size):
          f"{world_size} processes; change one of them{same_step}")
 
 
-def wrap(model, device_type):
-    """The model that trains: under DDP, wrapped to average the gradients over the processes."""
+def wrap(model, device_type):  # under DDP: the gradients averaged over the processes
     if not ddp:
         return model
     device_ids = [int(os.environ["LOCAL_RANK"])] if device_type == "cuda" else None
@@ -58,8 +57,7 @@ def wrap(model, device_type):
 
 
 def all_sum(value):
-    """value summed over the processes (DDP), else value itself: every process sees the same, and
-    stops or not."""
+    """value summed over the processes (DDP), else value itself: every process sees the same."""
     if not ddp:
         return value
     total = torch.tensor([float(value)], dtype=torch.float64, device=device)
@@ -68,8 +66,7 @@ def all_sum(value):
 
 
 def any_of(flag):
-    """Whether flag is true in any process (DDP), else flag itself, on the CPU: a question asked at
-    every step costs no wait for the GPU's queued work."""
+    """Whether flag is true in any process, asked on the CPU: no wait for the GPU's queued work."""
     if not ddp:
         return flag
     count = torch.tensor([float(flag)], device="cpu" if flags is not None else device)
@@ -79,9 +76,8 @@ def any_of(flag):
 
 @contextmanager
 def stop_together():
-    """Around the work of rank 0 alone: with DDP, a stop there (`fail`, an error) stops every
-    process, rank 0 with its one line, the others silently, rather than leaving them to die with
-    "connection closed" tracebacks."""
+    """Around the work of rank 0 alone: a stop there (fail, an error) stops every process, rank 0
+    with its one line, the others silently (not with "connection closed" tracebacks)."""
     error = None
     try:
         yield
@@ -99,8 +95,7 @@ def stop_together():
     raise error
 
 
-def finish():
-    """Every process waits for the last evaluation and checkpoint, then all leave together."""
+def finish():  # every process waits for the last checkpoint, then all leave together
     if ddp:
         dist.barrier()
         if flags is not None:

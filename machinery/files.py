@@ -1,33 +1,31 @@
 """
-Files written whole and folders held by one process: a crash, a full disk or a second process never
-leaves a half-written checkpoint, log or dataset behind.
+Files written whole, and folders held by one process: a crash, a full disk or a second process
+never leaves a half-written checkpoint, log or dataset behind.
 """
 import atexit
 import errno
+import glob
 import os
 import re
 import shutil
 import time
-try:
-    import fcntl  # POSIX: locks a folder; Windows has none (hold_folder says so)
-except ImportError:
-    fcntl = None
+import warnings
+
+with warnings.catch_warnings():  # without fcntl: "only soft file lock", which hold_folder says
+    warnings.simplefilter("ignore")
+    import filelock  # locks a folder on POSIX and Windows (torch installs it)
 
 from machinery.process import fail
 
 
-def temporary_path(path):
-    """Where write_atomic writes path before renaming it: path.<pid>.partial, a name no one else's
-    file has, which remove_stale_temporaries knows as ours."""
+def temporary_path(path):  # where write_atomic writes first: a name no one else's file has
     return f"{path}.{os.getpid()}.partial"
 
 
 def write_atomic(path, data, on_error=None):
     """Write data (bytes, or a function of the open file) into a temporary file, then rename it over
-    path: a crash or a full disk leaves the previous file whole. A failed or interrupted write
-    removes the temporary file; a failed one then calls on_error(path, error, size), or stops
-    with one line. (Checkpoints go as bytes: torch's zip writer hides a full disk behind an
-    unclear error.)"""
+    path: a crash or a full disk leaves the previous file whole. A failed write calls
+    on_error(path, error, size), or stops with one line."""
     size = None if callable(data) else len(data)
     tmp = temporary_path(path)
     try:
@@ -45,8 +43,7 @@ def write_atomic(path, data, on_error=None):
 
 
 def write_error(path, error, size=None):
-    """Why a write failed, with what to do: a full disk says how much room there is and what it
-    needed."""
+    """Why a write failed, and what to do: a full disk says the room there is and was needed."""
     folder = os.path.dirname(os.path.abspath(path))
     if error.errno == errno.ENOSPC:
         free = shutil.disk_usage(folder).free if os.path.isdir(folder) else 0
@@ -59,8 +56,7 @@ def write_error(path, error, size=None):
 
 
 def remove_stale_temporaries(folder):
-    """Remove the temporary files write_atomic left in folder when killed (the files they were to
-    replace are whole); any other file, such as a user's notes.tmp, stays."""
+    """Remove the temporary files of writes killed in folder; any other file (notes.tmp) stays."""
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
         path = os.path.join(folder, name)
         if re.fullmatch(r".+\.\d+\.partial", name) and os.path.isfile(path):
@@ -81,12 +77,10 @@ def folder_chain(folder):
 
 def make_folder(folder, what="--out_dir"):
     """Create folder (and its parents) for writing, or stop with one line saying why it cannot be.
-    Returns the outermost folder it created, None if folder was there already (remove_empty_folders
-    takes them away again)."""
+    Returns the outermost folder it created, or None."""
     try:
         folder.encode("utf-8")
-    # bytes that are not UTF-8 arrive from the command line as surrogates
-    except UnicodeEncodeError:
+    except UnicodeEncodeError:  # bytes that are not UTF-8 arrive from the command line so
         fail(f"{what}={folder!r} is not a UTF-8 name; choose a name of UTF-8 text, e.g. letters, "
              f"digits, '_' and '-'")
     for path in folder_chain(folder):
@@ -109,8 +103,7 @@ def make_folder(folder, what="--out_dir"):
 
 
 def remove_empty_folders(folder, created):
-    """Remove folder and the folders around it up to `created` (make_folder's answer), each if
-    empty: a run that stopped before writing anything leaves no empty folder behind."""
+    """Remove folder and those around it up to `created` (make_folder's answer), each if empty."""
     chain = folder_chain(folder)
     for path in reversed(chain[chain.index(created):] if created else []):
         try:
@@ -120,47 +113,62 @@ def remove_empty_folders(folder, created):
 
 
 def hold_folder(folder, what, shared=False):
-    """Hold folder for this process alone: an OS lock on the folder itself, released when the
-    process ends, even by kill -9. A second process stops with one line saying who holds it (from
-    the notes note_holder writes). shared: a lock that readers hold together (runs on a dataset)
-    and that stops one holding it alone (prepare_wikipedia.py). Holding it again in the same
-    process is no conflict (prepare_wikipedia.main called twice). Where the system or the file
-    system has no locks (Windows, NFS without its lock service), one line warns (the sole
-    holder's)."""
+    """Hold folder for this process alone: filelock's lock on folder/.held, which ends with the
+    process, even by kill -9; a second process stops with one line saying who holds it (the note of
+    note_holder). shared: readers (runs on a dataset) each hold folder/.held.<pid>, and stop one
+    that would hold it alone. Without locks, a reader goes on, and a holder with a warning."""
     if os.path.realpath(folder) in _held:
         return
-    if fcntl is None:
-        return None if shared else cannot_lock(folder, what, "this system has no fcntl locks")
-    fd = os.open(folder, os.O_RDONLY)
+    taken = []
     try:
-        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-    except OSError as e:
-        os.close(fd)
-        # not held by another: there are no locks there
-        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            reason = f"{e.strerror}: its file system has no locks, e.g. NFS without lockd"
-            return None if shared else cannot_lock(folder, what, reason)
+        if filelock.FileLock is filelock.SoftFileLock:  # a lock file a kill -9 leaves behind
+            raise OSError(errno.ENOLCK, "this system has no fcntl locks")
+        # shared: a writer holding it already; alone: the readers holding it already
+        others = glob.glob(os.path.join(glob.escape(folder), ".held.*"))
+        others = [os.path.join(folder, ".held")] if shared else others
+        for path in [os.path.join(folder, f".held.{os.getpid()}" if shared else ".held"), *others]:
+            taken.append(take(path))
+    except filelock.Timeout:  # before OSError: it is one
+        for lock in taken:
+            let_go(lock)
         fail(f"{folder} is in use by {holders(folder)}; wait for it to finish, or use another "
              f"{what}")
-    _held[os.path.realpath(folder)] = fd
+    except (OSError, NotImplementedError) as e:
+        reason = getattr(e, "strerror", None) or type(e).__name__
+        if reason != "this system has no fcntl locks":
+            reason += ": its file system has no locks, e.g. NFS without lockd"
+        return None if shared else cannot_lock(folder, what, reason)
+    for other in taken[1:]:  # a writer's lock just tried, or a reader's of a process that ended
+        let_go(other)
+    _held[os.path.realpath(folder)] = taken[0]
+    atexit.register(let_go, taken[0])
+
+
+def take(path):
+    """The lock of path, without waiting (filelock.Timeout where another process holds it)."""
+    lock = filelock.FileLock(path, timeout=0)
+    lock.acquire()
+    return lock
+
+
+def let_go(lock):  # release a lock, and remove its file
+    if not lock.is_locked:  # let go of already (release_folder)
+        return
+    lock.release()
+    if os.path.exists(lock.lock_file):
+        os.remove(lock.lock_file)
 
 
 def holders(folder):
-    """Who holds folder, from the notes of those alive (note_holder): 'pid 12 (train.py ..., since
-    ...)'."""
+    """Who holds folder, from its notes (note_holder): 'pid 12 (train.py ..., since ...)'."""
     notes = []
     for name in sorted(os.listdir(folder)):
         if re.fullmatch(r"\.lock(\.\d+)?", name):
             try:
                 with open(os.path.join(folder, name)) as f:
-                    note = f.read().strip()
-                # a note left by kill -9 names a process that is gone
-                os.kill(int(note.split()[1]), 0)
-            except PermissionError:  # another user's process: alive
-                pass
-            except (OSError, ValueError, IndexError):
+                    notes.append(f.read().strip())
+            except OSError:
                 continue
-            notes.append(note)
     return " and ".join(notes) or "another process"
 
 
@@ -171,9 +179,8 @@ def cannot_lock(folder, what, reason):
 
 
 def note_holder(folder, command, shared=False):
-    """Write who holds folder into folder/.lock (shared: .lock.<pid>, one per reader), for a second
-    process's message; removed when this process exits normally (after kill -9 it stays, harmless:
-    the lock itself is gone, and its pid with it)."""
+    """Write who holds folder into folder/.lock (shared: .lock.<pid>), for a second process's
+    message; removed when this process exits."""
     path = os.path.join(folder, f".lock.{os.getpid()}" if shared else ".lock")
     try:
         with open(path, "w", encoding="utf-8", errors="backslashreplace") as f:  # any command line
@@ -183,23 +190,22 @@ def note_holder(folder, command, shared=False):
     atexit.register(lambda: os.path.exists(path) and os.remove(path))
 
 
-_held = {}  # the folders this process holds (real paths) and the file descriptors of their locks
+_held = {}  # the folders this process holds (real paths) and their locks
 
 
 def release_folder(folder):
     """Let go of a folder this process holds alone, and of its note: for a caller that goes on after
     its work there (prepare_wikipedia.main called from Python, then a run that trains on it)."""
-    fd = _held.pop(os.path.realpath(folder), None)
-    if fd is not None:
-        os.close(fd)  # the lock goes with its descriptor
+    lock = _held.pop(os.path.realpath(folder), None)
+    if lock is not None:
+        let_go(lock)
     if os.path.exists(os.path.join(folder, ".lock")):
         os.remove(os.path.join(folder, ".lock"))
 
 
 def claim_folder(folder, command, held_as="--out_dir", hold=True):
-    """Make the folder a run or a preparation writes in, hold it for this process alone (hold=False:
-    held already), note who holds it (command), and remove the temporary files of a write cut
-    short; a process stopped before it wrote anything leaves no empty folder."""
+    """Make the folder a run or a preparation writes in (none is left empty), hold it (hold=False:
+    held already), note who holds it (command), remove the temporary files of killed writes."""
     created = make_folder(folder)
     atexit.register(remove_empty_folders, folder, created)
     if hold:

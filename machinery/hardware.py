@@ -16,15 +16,17 @@ from machinery.process import compile_failure, fail, machine_error
 
 
 def pick_device(device, dtype="float32", resumed_from=None):
-    """pick_device_here; resumed_from: the checkpoint whose device and dtype these are, named in the
-    error where this machine has not got them."""
+    """pick_device_here, and on a CPU the threads (pick_threads); resumed_from: the checkpoint whose
+    device and dtype these are, named in the error where this machine has not got them."""
     try:
-        return pick_device_here(device, dtype)
+        device, dtype = pick_device_here(device, dtype)
     except SystemExit as e:
         if resumed_from is None:
             raise
         fail(f"{resumed_from} ran with device={device!r}, dtype={dtype!r}; here "
              f"{str(e.code).removeprefix('error: ')}")
+    pick_threads(device)
+    return device, dtype
 
 
 def pick_device_here(device, dtype="float32"):
@@ -127,9 +129,115 @@ def matmul_peak(device, dtype, n, repeats, warmup=2, pick=statistics.median):
     return 2 * n ** 3 / pick(times[warmup:])
 
 
+def duration(seconds):
+    """e.g. 350 ms, 45 s, 12 min, 3.2 h, 2.5 days"""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h" if seconds < 48 * 3600 else f"{seconds / 86400:.1f} days"
+
+
+class Meter:
+    """A run's clock, from the steps since the last evaluation: ms per step, tokens per second, the
+    ETA, and the model FLOPs utilization (MFU): the model's FLOP/s over the FLOP/s of a large matmul
+    timed here (the fastest of 10, in the run's dtype; float32's on a CPU), since a CPU has no
+    datasheet peak."""
+
+    def __init__(self, flops_per_token, tokens_per_iter, max_iters, eval_interval, device, dtype,
+                 world_size):
+        self.flops_per_token = flops_per_token / world_size  # per process
+        self.tokens_per_iter = tokens_per_iter
+        self.max_iters = max_iters
+        self.eval_interval = eval_interval
+        self.device = device
+        self.dtype = torch.float32 if device == "cpu" else dtype
+        self.peak_flops = matmul_peak(device, self.dtype, 4096 if "cuda" in device else 1024, 10,
+                                      warmup=0, pick=min)
+        self.timed_again = "cuda" in device  # a GPU's peak is not disturbed by other programs
+        self.step_estimate = self.eval_seconds = 0.0
+        self.eval_start = None
+
+    def estimate(self, model, batches, autocast, return_logits, eval_iters, source, micro_steps,
+                 iter_num):
+        """Say how long the run will take, from one timed forward pass (a training step costs ~3
+        per micro-batch, an evaluation ~2 per batch), and warn before a slow one."""
+        forward = forward_seconds(model, *batches.eval("val", 0), autocast, return_logits)
+        eval_batches = eval_iters
+        if eval_iters == 0:  # every val token once (the windows of evaluate.py)
+            windows = (os.path.getsize(os.path.join(source, "val.bin")) // 2 - 1) / batches.block
+            eval_batches = math.ceil(math.ceil(windows) / batches.batch_size)
+        self.step_estimate = 3 * micro_steps * forward
+        self.eval_seconds = 2 * eval_batches * forward
+        total = self.eta(iter_num, self.step_estimate)
+        print(f"estimated: {duration(self.step_estimate)} per iteration, "
+              f"{duration(self.eval_seconds)} per evaluation, {duration(total)} in all", flush=True)
+        warn_if_slow(total, self.device)
+
+    def restart(self, iter_num):
+        """A new interval of training, after an evaluation (whose time it measures)."""
+        if self.eval_start is not None:
+            self.eval_seconds = time.time() - self.eval_start
+        self.start = self.last_print = time.time()
+        self.start_iter = iter_num
+
+    def step_seconds(self, iter_num):
+        """Seconds a step takes: measured since the last evaluation, else the estimate."""
+        steps = iter_num - self.start_iter
+        return (time.time() - self.start) / steps if steps else self.step_estimate
+
+    def eta(self, iter_num, step_seconds):
+        """Seconds to the end: the steps left, and the evaluations (every eval_interval, and at
+        max_iters)."""
+        evals = max(0, self.max_iters // self.eval_interval - (iter_num - 1) // self.eval_interval)
+        evals += self.max_iters % self.eval_interval != 0
+        return (self.max_iters - iter_num) * step_seconds + evals * self.eval_seconds
+
+    def evaluating(self, iter_num):
+        """At an evaluation's start: the tokens per second of the interval it ends (None before
+        the first step); a long evaluation says so first."""
+        sync(self.device)
+        steps = iter_num - self.start_iter
+        speed = self.tokens_per_iter / self.step_seconds(iter_num) if steps else None
+        if self.eval_seconds > 30:
+            print(f"eval {iter_num}: evaluating, about {duration(self.eval_seconds)}", flush=True)
+        self.eval_start = time.time()
+        return speed
+
+    def mfu(self, tokens_per_sec):
+        """The model's FLOP/s over the matmul's. A CPU busy while the matmul was timed gives too low
+        a peak: above 100%, it is timed again, once."""
+        flops = self.flops_per_token * tokens_per_sec
+        if flops > self.peak_flops and not self.timed_again:
+            self.timed_again = True
+            again = matmul_peak(self.device, self.dtype, 1024, 10, warmup=0, pick=min)
+            self.peak_flops = max(self.peak_flops, again)
+        return flops / self.peak_flops
+
+    def progress(self, iter_num, last=False):
+        """The speed part of a progress line, due every log_interval steps (last) and at least once
+        a minute; None when not due."""
+        if not last and time.time() - self.last_print < 60:
+            return None
+        self.last_print = time.time()
+        step_seconds = self.step_seconds(iter_num)
+        tokens_per_sec = self.tokens_per_iter / step_seconds
+        utilization = self.mfu(tokens_per_sec)
+        busy = " (above 100%: the CPU was busy while its peak was timed)" if utilization > 1 else ""
+        return (f"{step_seconds * 1000:.0f} ms/iter, {tokens_per_sec:,.0f} tokens/s, mfu "
+                f"{percent(utilization)}{busy}, ETA {duration(self.eta(iter_num, step_seconds))}")
+
+
+def percent(fraction):
+    """At least two significant digits: 45%, 5.2%, 0.031% (a tiny model on a GPU is not 0.0%)."""
+    p = 100 * fraction
+    return f"{p:.{max(0, 1 - math.floor(math.log10(p)))}f}%" if p > 0 else "0%"
+
+
 def forward_seconds(model, x, y, autocast, return_logits):
-    """Seconds of one evaluation forward pass (the faster of two: the first warms up); a training
-    step costs ~3."""
+    """Seconds of one evaluation forward pass (the faster of two: the first warms up)."""
     was_training = model.training
     seconds = []
     model.eval()
@@ -144,147 +252,16 @@ def forward_seconds(model, x, y, autocast, return_logits):
     return min(seconds)
 
 
-def duration(seconds):
-    """e.g. 350 ms, 45 s, 12 min, 3.2 h, 2.5 days"""
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h" if seconds < 48 * 3600 else f"{seconds / 86400:.1f} days"
-
-
-def percent(fraction):
-    """At least two significant digits: 45%, 5.2%, 0.031% (a tiny model on a GPU is not 0.0%)."""
-    p = 100 * fraction
-    return f"{p:.{max(0, 1 - math.floor(math.log10(p)))}f}%" if p > 0 else "0%"
-
-
-class Meter:
-    """A run's clock: tokens per second since the last evaluation, the ETA, and the model FLOPs
-    utilization (MFU), the model's FLOP/s over the peak of large matmuls timed here (the fastest
-    of 10, in the run's dtype; float32's on a CPU, where autocast only tests the GPU's code
-    path), since a CPU has no datasheet peak."""
-
-    def __init__(self, flops_per_token, tokens_per_iter, max_iters, eval_interval, device, dtype,
-                 world_size):
-        self.flops_per_token = flops_per_token
-        self.tokens_per_iter = tokens_per_iter
-        self.max_iters = max_iters
-        self.eval_interval = eval_interval
-        self.device = device
-        self.world_size = world_size
-        cpu = device.startswith("cpu")
-        self.peak_flops = matmul_peak(device, torch.float32 if cpu else dtype,
-                                      1024 if not device.startswith("cuda") else 4096, 10,
-                                      warmup=0, pick=min)
-        # a GPU's peak, timed on large matmuls, is not disturbed by other work
-        self.peak_timed_again = not cpu
-        self.eval_seconds = 0.0
-        self.iter_seconds = 0.0  # estimated by estimate(), on rank 0
-        self.restart()
-
-    def restart(self):
-        """A new interval of training, after an evaluation."""
-        self.start = time.time()
-        self.last_print = self.start
-        self.tokens = 0
-
-    def tokens_per_sec(self):
-        """Tokens per second since the last evaluation; None before the first step."""
-        return self.tokens / (time.time() - self.start) if self.tokens else None
-
-    def mfu(self, tokens_per_sec):
-        """The model's FLOP/s over peak_flops. A CPU busy with other work while its peak was timed
-        gives too low a peak: an MFU above 100% times it again, once (the progress line says so
-        if it stays above)."""
-        flops = self.flops_per_token * tokens_per_sec / self.world_size
-        if flops > self.peak_flops and not self.peak_timed_again:
-            self.peak_timed_again = True
-            again = matmul_peak(self.device, torch.float32, 1024, 10, warmup=0, pick=min)
-            self.peak_flops = max(self.peak_flops, again)
-        return flops / self.peak_flops
-
-    def evals_left(self, it):
-        """Evaluations from iteration `it` to the end: every eval_interval, and at max_iters."""
-        every = max(0, self.max_iters // self.eval_interval - (it - 1) // self.eval_interval)
-        return every + (self.max_iters % self.eval_interval != 0)
-
-    def estimate(self, model, batches, autocast, return_logits, eval_iters, source, micro_steps,
-                 iter_num, resumed):
-        """Say how long the run will take, from one timed forward pass (a training step costs ~3
-        per micro-batch, an evaluation ~2 per batch), and warn before a slow one."""
-        forward = forward_seconds(model, *batches.eval("val", 0), autocast, return_logits)
-        eval_batches = eval_iters
-        if eval_iters == 0:  # every val token once (the windows of evaluate.py)
-            val_tokens = os.path.getsize(os.path.join(source, "val.bin")) // 2
-            windows = math.ceil((val_tokens - 1) / batches.block)
-            eval_batches = math.ceil(windows / batches.batch_size)
-        self.iter_seconds = 3 * micro_steps * forward
-        self.eval_seconds = 2 * eval_batches * forward
-        self.first_iter = iter_num
-        total = ((self.max_iters - iter_num) * self.iter_seconds
-                 + self.evals_left(iter_num + resumed) * self.eval_seconds)
-        print(f"estimated: {duration(self.iter_seconds)} per iteration, "
-              f"{duration(self.eval_seconds)} per evaluation, {duration(total)} in all", flush=True)
-        warn_if_slow(total, model.lm_head.weight.device.type)
-
-    def step_seconds(self):
-        """Seconds a step takes: measured since the last evaluation, else the estimate."""
-        if self.tokens:
-            return (time.time() - self.start) / (self.tokens / self.tokens_per_iter)
-        return self.iter_seconds
-
-    def evaluation_starts(self, iter_num):
-        """Before an evaluation: the speed of the interval it ends; a long one says so first."""
-        sync(self.device)
-        self.interval_speed = self.tokens_per_sec()
-        if self.eval_seconds > 30:
-            print(f"eval {iter_num}: evaluating, about {duration(self.eval_seconds)}", flush=True)
-        self.eval_start = time.time()
-
-    def evaluation_ends(self):
-        self.eval_seconds = time.time() - self.eval_start
-
-    def due(self, iter_num):
-        """Whether a progress line is due for time's sake (one a minute at least). After the run's
-        third step, the estimate is timed again, and said again where it was off by 2x or more."""
-        if iter_num == self.first_iter + 3 and self.tokens:
-            took = self.step_seconds()
-            if not 0.5 < took / self.iter_seconds < 2:
-                total = ((self.max_iters - iter_num) * took
-                         + self.evals_left(iter_num) * self.eval_seconds * took / self.iter_seconds)
-                print(f"re-estimated: {duration(took)} per iteration, {duration(total)} to go "
-                      f"(timed on its first iterations; the estimate was "
-                      f"{duration(self.iter_seconds)})", flush=True)
-        return time.time() - self.last_print > 60
-
-    def progress(self, iter_num):
-        """The speed part of a progress line: ms per iteration, tokens/s, MFU and ETA."""
-        self.last_print = time.time()
-        iter_seconds = self.step_seconds()  # since the last evaluation
-        tokens_per_sec = self.tokens_per_iter / iter_seconds
-        utilization = self.mfu(tokens_per_sec)
-        busy = " (above 100%: the CPU was busy while its peak was timed)" if utilization > 1 else ""
-        eta = ((self.max_iters - iter_num) * iter_seconds
-               + self.evals_left(iter_num) * self.eval_seconds)
-        return (f"{iter_seconds * 1000:.0f} ms/iter, {tokens_per_sec:,.0f} tokens/s, "
-                f"mfu {percent(utilization)}{busy}, ETA {duration(eta)}")
-
-
-def warn_if_slow(total, device_type):
+def warn_if_slow(total, device):
     """Warnings before a run that will be slow: a busy CPU, or a run of hours on a CPU."""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0  # Windows has no load average
-    if device_type == "cpu" and load > os.cpu_count() - 0.5 and torch.get_num_threads() > 1:
+    if device == "cpu" and load > os.cpu_count() - 0.5 and torch.get_num_threads() > 1:
         print(f"warning: the CPU is busy (load {load:.1f} on {os.cpu_count()} cores), and this "
               f"run's {torch.get_num_threads()} threads will wait on the others: run several at "
               f"once with OMP_NUM_THREADS=1 each, as study.py does", flush=True)
-    if device_type == "cpu" and total > 3 * 3600:
+    if device == "cpu" and total > 3 * 3600:
         print(f"warning: this run would take about {duration(total)} on this CPU; for a CPU-sized "
               f"run, try `python train.py config/cpu_baseline.py` (minutes)", flush=True)
-
-
 def pick_threads(device):
     """On a CPU, as many threads as it has cores free (at least one), unless OMP_NUM_THREADS says:
     a thread that waits for a core another program holds makes every step wait (a run of 2 threads
@@ -300,3 +277,32 @@ def pick_threads(device):
         print(f"note: {threads} thread{s}, not {torch.get_num_threads()}: the CPU is busy (load "
               f"{load:.1f} on {os.cpu_count()} cores); OMP_NUM_THREADS=N chooses", flush=True)
         torch.set_num_threads(threads)
+
+
+def introduce_run(model, batch_size, gradient_accumulation_steps, max_iters, eval_iters,
+                  eval_interval, device):
+    """Where the default dataset, the write-up's, is not prepared: before anything is downloaded or
+    written, what the run is (its model, tokens, and time here, from a timed training step of the
+    model on random tokens), the one command that prepares its data, and the config that trains
+    the same model on a CPU in minutes; then end with exit status 1."""
+    c = model.config
+    rows = min(batch_size, 4)  # a few sequences, timed, then scaled to the micro-batch
+    x = torch.randint(c.vocab_size, (rows, c.context_size), device=device)
+    seconds = []
+    for _ in range(2):  # the first warms up
+        t0 = time.perf_counter()
+        model.to(device)(x, x, return_logits=False)[1].backward()
+        sync(device)
+        seconds.append(time.perf_counter() - t0)
+    step = min(seconds) * batch_size / rows * gradient_accumulation_steps
+    # an evaluation batch: a forward pass, a third of a training micro-step
+    evals = 2 * eval_iters * (max_iters // eval_interval + 1) * step / gradient_accumulation_steps
+    tokens = max_iters * gradient_accumulation_steps * batch_size * c.context_size
+    fail(f"data/wikitext103 is not prepared. This run trains the {c.variant} model of the write-up "
+         f"({model.num_params() / 1e6:.1f}M parameters) on {tokens / 1e9:.2f}B tokens of "
+         f"WikiText-103 ({max_iters:,} steps); on this machine ({device}) it would take about "
+         f"{duration(max_iters * step + evals / 3)} (timed on one step).\n"
+         f"  prepare its data (a download, then GPT-2 tokens):  python prepare_wikipedia.py\n"
+         f"  or train the same model on a CPU in minutes:  "
+         f"python train.py config/cpu_encdec_mse_pos_sub.py\n"
+         f"    (its data:  python prepare_wikipedia.py --wikitext2=valid --tokenizer=byte)")

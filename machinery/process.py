@@ -1,9 +1,9 @@
 """
-How a script runs and stops: every stop on bad input is one line `error: ...` naming the problem and
-the fix (`fail`); Ctrl-C, SIGTERM and SIGHUP, running out of memory and a failed torch.compile are
-one line too, never a traceback; printing never stops a script.
+How a script stops: on bad input with one line `error: ...` naming the problem and the fix (fail);
+on Ctrl-C, SIGTERM, SIGHUP, out of memory or a failed torch.compile with one line too.
 """
 import atexit
+import contextlib
 import os
 import re
 import signal
@@ -17,41 +17,33 @@ def fail(message):
 
 
 def stop_signals():
-    """SIGINT, SIGTERM and SIGHUP (Windows has no SIGHUP), less those ignored where the script
-    started (`nohup` ignores SIGHUP, a script's background job SIGINT): they stay ignored."""
-    names = ("SIGINT", "SIGTERM", "SIGHUP")
-    stops = [getattr(signal, name) for name in names if hasattr(signal, name)]
+    """SIGINT, SIGTERM, SIGHUP (none on Windows), less those ignored where the script started
+    (`nohup` ignores SIGHUP, a script's background job SIGINT): they stay ignored."""
+    stops = [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
+             if hasattr(signal, name)]
     return [stop for stop in stops if signal.getsignal(stop) != signal.SIG_IGN]
 
 
 def script_start():
-    """What every script does first. Printing never stops it: a character the console cannot show (a
-    Windows code page, PYTHONIOENCODING=ascii, a file name that is not UTF-8) is written escaped,
-    and a reader that stops early (`| head`) ends it quietly. And SIGTERM and SIGHUP (how Colab,
-    clusters, docker and Kubernetes stop a program; a closed terminal) stop it as Ctrl-C does,
-    saying what is kept; a signal ignored where it started (`nohup` ignores SIGHUP, a script's
-    background job SIGINT) stays ignored."""
+    """What every script does first. Printing never stops it: a character the console cannot show
+    is written escaped, and a reader that stops early (`| head`) ends it quietly. SIGTERM and
+    SIGHUP (Colab, docker, Kubernetes; a closed terminal) stop it as Ctrl-C does."""
     end_quietly_without_reader()
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):  # not when a test has replaced it
             stream.reconfigure(errors="backslashreplace")
-    stops = stop_signals()
 
-    # a second stop (a study's runs, then the study itself) is ignored
-    def stop_once(signum, frame):
-        for stop in stops:
-            # not SIG_IGN: a stop already on its way would print a warning
+    def stop_once(signum, frame):  # a second stop (a study's runs, then the study) is ignored
+        for stop in stop_signals():  # not SIG_IGN: a stop on its way would print a warning
             signal.signal(stop, lambda *args: None)
         raise KeyboardInterrupt
-    for stop in stops:
+    for stop in stop_signals():
         signal.signal(stop, stop_once)
 
 
 def end_quietly_without_reader():
     """Output piped into a reader that stops early (`python train.py -h | head -3`) ends the script
-    quietly: exit status 1 where a write found the reader gone (the script stops there), the
-    script's own where only the last buffered output was left unread; no BrokenPipeError
-    traceback either way."""
+    quietly, with no BrokenPipeError traceback."""
     def drop_output():  # no reader: the rest goes to os.devnull, so the last flush cannot fail
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -137,10 +129,8 @@ def peer_gone(error):
 
 
 def train_stop_hook(run):
-    """train.py's excepthook: Ctrl-C (and SIGTERM, SIGHUP) before its loop runs, a second Ctrl-C in
-    it or a stop once its step is saved, out of memory, torch.compile without a compiler, a DDP
-    process whose peer ended: one line saying where the last checkpoint is, instead of a traceback.
-    run: train.py's globals, read when it stops."""
+    """train.py's excepthook: a stop, out of memory, torch.compile without a compiler, a DDP process
+    whose peer ended: one line saying where the last checkpoint is. run: train.py's globals."""
     def hook(kind, value, tb):
         error = machine_error(value, "--batch_size (a larger --gradient_accumulation_steps keeps "
                                      "the batch per step) or --context_size")
@@ -160,18 +150,40 @@ def train_stop_hook(run):
     return hook
 
 
-class StopAfterStep:
-    """In train.py's loop, a stop (Ctrl-C, SIGTERM as Kubernetes and Slurm send before SIGKILL,
-    SIGHUP) lets the step in progress finish, then the run saves a checkpoint and ends; a second
-    Ctrl-C ends it at once, while another stop signal changes nothing (a study or torchrun stopped
-    by Ctrl-C sends its runs SIGTERM after the terminal's SIGINT). `requested` says whether a stop
-    came. step_seconds: how long a step takes, said when a stop comes."""
+def start_training(run):
+    """train.py's start: train_stop_hook, script_start; the StopAfterStep its loop arms."""
+    sys.excepthook = train_stop_hook(run)
+    script_start()
+    return StopAfterStep()
 
-    def __init__(self, step_seconds):
-        self.step_seconds = step_seconds
+
+class EvaluationStopped(BaseException):  # not an Exception: no `except Exception` holds it
+    pass
+
+
+class StopAfterStep:
+    """In train.py's loop (from arm), a stop lets the step in progress finish, or ends an evaluation
+    at once; the run then saves its step and ends (`requested`). A second Ctrl-C ends it at once;
+    another signal changes nothing (torchrun sends SIGTERM after the terminal's SIGINT)."""
+
+    def __init__(self):
         self.requested = False
+        self.evaluating = None  # the iteration under evaluation
+
+    def arm(self, step_seconds):  # step_seconds(): how long a step takes
+        self.step_seconds = step_seconds
         for stop in stop_signals():
             signal.signal(stop, self.stop)
+
+    @contextlib.contextmanager
+    def evaluation(self, iter_num):  # around an evaluation, which a stop ends at once
+        self.evaluating = iter_num
+        try:
+            yield
+        except EvaluationStopped:
+            pass
+        finally:
+            self.evaluating = None
 
     def stop(self, signum, frame):
         if self.requested and signum == signal.SIGINT:  # a second Ctrl-C: at once
@@ -180,12 +192,14 @@ class StopAfterStep:
             return
         self.requested = True
         # at once, on stdout: the run's one last line follows on stderr
-        if int(os.environ.get("RANK", 0)) == 0:
-            seconds = self.step_seconds()
-            late = ""
-            if seconds > 20:  # Kubernetes and Slurm send SIGKILL 30 s after SIGTERM, by default
-                late = ("; where the grace before SIGKILL is shorter, the last checkpoint saved is "
-                        "what remains")
-            print(f"{signal.Signals(signum).name}: finishing this step (about {seconds:.1f} s), "
-                  f"then saving a checkpoint{late} (a second Ctrl-C ends the run at once)",
-                  flush=True)
+        name = signal.Signals(signum).name
+        say = print if int(os.environ.get("RANK", 0)) == 0 else (lambda *args, **kwargs: None)
+        if self.evaluating is not None:
+            say(f"{name}: ending the evaluation of iteration {self.evaluating} now, then saving a "
+                f"checkpoint of that step's weights (a resume evaluates them)", flush=True)
+            raise EvaluationStopped
+        seconds = self.step_seconds()
+        # Kubernetes and Slurm send SIGKILL 30 s after SIGTERM, by default
+        late = "; if SIGKILL comes first, the last checkpoint saved remains" * (seconds > 20)
+        say(f"{name}: finishing this step (about {seconds:.1f} s), then saving a checkpoint{late} "
+            f"(a second Ctrl-C ends the run at once)", flush=True)

@@ -1,80 +1,128 @@
 """
-A run's folder, <out_dir>: its checkpoint and its log, and the checks that they belong together and
-to the data a model was trained on.
+A run's folder, <out_dir>: its checkpoint and its log. A resumed run reads its checkpoint (resume),
+then checks it against the run and restores it (start); every run saves with save.
 
     ckpt.pt     model_config, model, optimizer, scaler, iter_num, tokens, best_val_loss,
-                train_config, grad_norm,
-                wandb_run_id, dataset_meta (the tokenizer record), rng, log (the records its run
-                logged, up to iter_num)
+                train_config, grad_norm, wandb_run_id, dataset_meta (the tokenizer record), rng,
+                log (the records its run logged, up to iter_num)
     log.jsonl   one JSON record per evaluation
 """
-import dataclasses
 import io
 import json
+import math
 import os
 import sys
 import zipfile
 
 import torch
 
-from data import prepare_hint, read_meta
-from machinery.files import hold_folder, write_atomic, write_error
+from machinery import distributed
+from machinery.files import claim_folder, hold_folder, write_atomic, write_error
 from machinery.process import fail
-from model import ModelConfig, build_model
 
 
-def load_checkpoint(out_dir, device="cpu", fix="use another run's --out_dir"):
-    """(checkpoint dict, model with its weights, in eval mode) of out_dir/ckpt.pt, or one line
-    saying what is wrong."""
+def resume(out_dir, asked, user_set, master):
+    """The checkpoint a resumed run goes on from, and the settings it restores (every one not set on
+    the command line or in a config file). asked: the dataset and seed the run was given. Its
+    "log" becomes the records its run logged up to it (older checkpoints: those of log.jsonl)."""
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
     if not os.path.exists(ckpt_path):
-        fail(f"no checkpoint at {ckpt_path}; train one with train.py --out_dir={out_dir}, "
-             f"or point --out_dir at a run's folder")
-    damaged = damaged_record(ckpt_path)
-    if damaged:
-        fail(f"checkpoint {ckpt_path} is damaged: its record {damaged} fails its CRC-32 check (a "
-             f"disk or copy error); {fix}")
-    try:
-        checkpoint = torch.load(ckpt_path, map_location=device, weights_only=True)  # no code run
-        model = build_model(ModelConfig(**checkpoint["model_config"]))
-        model.load_state_dict(checkpoint["model"])
-        checkpoint["train_config"]["dataset"]  # every reader needs it
-    except Exception as e:
-        fail(f"checkpoint {ckpt_path} is unreadable ({type(e).__name__}); {fix}")
-    return checkpoint, model.to(device).eval()
+        fail(f"no checkpoint at {ckpt_path} to resume from; train with --init_from=scratch "
+             f"first, or set --out_dir")
+    if master:  # before reading the checkpoint: a second process resuming it would repeat its steps
+        hold_folder(out_dir, "--out_dir")
+    checkpoint = read_checkpoint(ckpt_path, "cpu", "restore a good copy or train from scratch in a "
+                                                   "new --out_dir")
+    # and not another run's checkpoint, put in its folder
+    checkpoint["log"] = checkpoint_log(os.path.join(out_dir, "log.jsonl"), checkpoint, ckpt_path)
+    saved = checkpoint["train_config"]
+    # the seed draws the batches and the evaluation batches: a new one breaks the curves
+    for key in ("dataset", "seed"):
+        if key in user_set and asked[key] != saved[key]:
+            fail(f"{ckpt_path} was trained with {key}={saved[key]!r}, not {asked[key]!r}; "
+                 f"drop --{key} to resume it")
+    restored = {k: v for k, v in saved.items()
+                if k not in user_set | {"out_dir", "init_from", "overwrite"}}
+    return checkpoint, restored
 
 
-def damaged_record(path):
-    """The first record of the checkpoint (a zip file) whose bytes fail their CRC-32, which
-    torch.load does not check; None where all are whole or the file is no zip (torch.load then says
-    it cannot read it)."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            return archive.testzip()
-    except (zipfile.BadZipFile, OSError, EOFError):
-        return None
+def start(checkpoint, model, optimizer, scaler, settings, meta, command, prepare_hint):
+    """Start the run in settings["out_dir"]: a resumed one (checkpoint) checked against the model
+    and the data (meta; prepare_hint: data.prepare_hint, for the message), ended here if finished,
+    its changed settings noted; the folder held for this process (one line "in use" first) and, from
+    scratch, refused where it holds an earlier run; the weights, optimizer, float16 scale and random
+    state restored; Weights & Biases started; the log begun. Returns (iter_num, best_val_loss,
+    tokens seen, grad_norm, logged records, the W&B run or None), the same in every process."""
+    out_dir = settings["out_dir"]
+    master = int(os.environ.get("RANK", 0)) == 0
+    if checkpoint is not None:
+        check_resumable(checkpoint, model.config, settings)
+        if meta:  # the same tokens and text as the run so far (a generated task has none)
+            check_same_data(checkpoint, meta, settings["dataset"], training=True, hint=prepare_hint)
+        exit_if_finished(checkpoint, settings["max_iters"], out_dir, master)
+        note_changes(checkpoint, settings, master)
+    run = None
+    with distributed.stop_together():
+        if master:  # one process at a time in out_dir; a resume holds it already
+            claim_folder(out_dir, command, hold=checkpoint is None)
+            if checkpoint is None and not settings["overwrite"]:
+                check_fresh(out_dir)
+            run = start_wandb(settings, checkpoint) if settings["wandb_log"] else None
+            start_log(out_dir, checkpoint)
+    if checkpoint is None:
+        return 0, float("inf"), 0, None, [], run
+    restore(checkpoint, model, optimizer, scaler, master)
+    grad_norm = checkpoint.get("grad_norm")  # of the step before it, for the next evaluation
+    return (checkpoint["iter_num"], checkpoint["best_val_loss"], tokens_trained(checkpoint),
+            None if grad_norm is None else torch.tensor(grad_norm), checkpoint["log"], run)
 
 
-def write_failed(run):
-    """train.py's answer to a failed write, most often a full disk: one line saying what is kept
-    (what was written before is) and how to go on. run: train.py's globals, read when it fails."""
-    def stop(path, error, size=None):
-        saved = run["saved_iter"]
-        kept = "no checkpoint was saved yet"
-        then = "then start again"
-        if saved is not None:
-            kept = f"the checkpoint {run['ckpt_path']} (iteration {saved}) is kept"
-            then = f"continue with `{run['resume_command']}`"
+def save(out_dir, record, checkpoint, saved_iter, resume_command):
+    """Append rank 0's evaluation record to the log and write its checkpoint (either may be None),
+    every process waiting; a failed write (a full disk) stops every process with one line saying
+    what is kept. Returns the iteration of the checkpoint on disk, in every process (one whose
+    peer dies names it)."""
+    ckpt_path = os.path.join(out_dir, "ckpt.pt")
+
+    def failed(path, error, size=None):
+        kept, then = "no checkpoint was saved yet", "then start again"
+        if saved_iter is not None:
+            kept = f"the checkpoint {ckpt_path} (iteration {saved_iter}) is kept"
+            then = f"continue with `{resume_command}`"
         fail(f"could not write {path}: {write_error(path, error, size)}; {kept}, {then}")
-    return stop
+    with distributed.stop_together():
+        if record is not None:
+            bad = [f"{k}={v}" for k, v in record.items()
+                   if k.endswith("loss") and v is not None and not math.isfinite(v)]
+            if bad:
+                stop_non_finite(", ".join(bad), record["iter"], ckpt_path)
+            append_log(os.path.join(out_dir, "log.jsonl"), record, failed)
+        if checkpoint is not None:
+            checkpoint["rng"] = rng_states(next(iter(checkpoint["model"].values())).device.type)
+            buffer = io.BytesIO()  # torch's zip writer turns a full disk into an unclear error
+            torch.save(checkpoint, buffer)
+            write_atomic(ckpt_path, buffer.getbuffer(), on_error=failed)
+            saved_iter = checkpoint["iter_num"]
+    # rank 0's, told to every process
+    master = int(os.environ.get("RANK", 0)) == 0
+    saved = round(distributed.all_sum(saved_iter + 1 if master and saved_iter is not None else 0))
+    return saved - 1 if saved else None
 
 
-def write_checkpoint(path, checkpoint, on_error=None):
-    """torch.save, in memory first (torch's zip writer turns a full disk into an unclear error),
-    then written whole by write_atomic."""
-    buffer = io.BytesIO()
-    torch.save(checkpoint, buffer)
-    write_atomic(path, buffer.getbuffer(), on_error=on_error)
+def check_finite(loss, iter_num, out_dir):
+    """Stop every process, rank 0 with one line, where the loss of any is not finite."""
+    loss = distributed.all_sum(loss)
+    with distributed.stop_together():
+        if int(os.environ.get("RANK", 0)) == 0 and not math.isfinite(loss):
+            stop_non_finite(f"loss={loss}", iter_num, os.path.join(out_dir, "ckpt.pt"))
+
+# -----------------------------------------------------------------------------
+# the errors and notes off the way of a run that goes well
+
+
+def stop_non_finite(what, iter_num, ckpt_path):
+    fail(f"non-finite {what} at iteration {iter_num}: stopped; the last good checkpoint "
+         f"{ckpt_path} is kept. Lower --learning_rate or raise --warmup_iters")
 
 
 def check_fresh(out_dir):
@@ -91,55 +139,81 @@ def check_fresh(out_dir):
              f"it with --overwrite=True")
 
 
-def resume(out_dir, asked, user_set, master):
-    """The checkpoint a resumed run goes on from, the settings it restores (every one not set on the
-    command line or in a config file), and the records its run logged. asked: the dataset and seed
-    the run was given."""
-    ckpt_path = os.path.join(out_dir, "ckpt.pt")
-    if not os.path.exists(ckpt_path):
-        fail(f"no checkpoint at {ckpt_path} to resume from; train with --init_from=scratch "
-             f"first, or set --out_dir")
-    if master:  # before reading the checkpoint: a second process resuming it would repeat its steps
-        hold_folder(out_dir, "--out_dir")
-    checkpoint = load_checkpoint(out_dir, fix="restore a good copy or train from scratch in a new "
-                                              "--out_dir")[0]
-    # and not another run's checkpoint, put in its folder
-    logged = checkpoint_log(os.path.join(out_dir, "log.jsonl"), checkpoint, ckpt_path)
-    saved = checkpoint["train_config"]
-    # the seed draws the batches and the evaluation batches: a new one breaks the curves
-    for key in ("dataset", "seed"):
-        if key in user_set and asked[key] != saved[key]:
-            fail(f"{ckpt_path} was trained with {key}={saved[key]!r}, not {asked[key]!r}; "
-                 f"drop --{key} to resume it")
-    restored = {k: v for k, v in saved.items()
-                if k not in user_set | {"out_dir", "init_from", "overwrite"}}
-    return checkpoint, restored, logged
-
-
-def check_resumable(checkpoint, config, ckpt_path, dataset):
+def check_resumable(checkpoint, config, settings):
     """The model config asked for must be the checkpoint's."""
-    saved = dataclasses.asdict(ModelConfig(**checkpoint["model_config"]))
+    saved = checkpoint["model_config"]
     diffs = [(k, v, getattr(config, k)) for k, v in saved.items() if getattr(config, k) != v]
     if not diffs:
         return
     hint = ""
     if "vocab_size" in [d[0] for d in diffs]:
-        hint = f" (vocab_size comes from data/{dataset}/meta.json: prepare it as for training)"
+        hint = (f" (vocab_size comes from data/{settings['dataset']}/meta.json: prepare it as for "
+                f"training)")
+    ckpt_path = os.path.join(settings["out_dir"], "ckpt.pt")
     fail(f"{ckpt_path} was trained with {', '.join(f'{k}={v!r}' for k, v, _ in diffs)}, but this "
          f"run asks for {', '.join(f'{k}={new!r}' for k, _, new in diffs)}; drop those flags to "
          f"resume{hint}")
 
 
-def restore(checkpoint, model, optimizer, scaler, device_type):
+def exit_if_finished(checkpoint, max_iters, out_dir, master):
+    """A resume of a run that has trained max_iters steps and evaluated the last: say so, and how to
+    train it further, and end."""
+    iter_num = checkpoint["iter_num"]
+    logged = checkpoint["log"]
+    if iter_num < max_iters or not (logged and logged[-1]["iter"] == iter_num):
+        return
+    if master:
+        print(f"{out_dir} holds a finished run: {iter_num} of max_iters={max_iters} iterations, "
+              f"evaluated; to train it further, resume with a larger --max_iters, e.g. "
+              f"--max_iters={2 * iter_num or 100}")
+    sys.exit(0)
+
+
+def note_changes(checkpoint, settings, master):
+    """A resume with other settings goes on, saying what that changes: another device, precision or
+    compile makes the losses differ a little from an unbroken run's; another batch_size or
+    eval_iters evaluates other sequences from here on; another gradient_accumulation_steps trains
+    on other steps."""
+    saved = checkpoint["train_config"]
+    if not master:
+        return
+    notes = {("device", "dtype", "compile"): "the losses will differ a little from an unbroken "
+                                             "run's",
+             ("batch_size", "eval_iters"): "its evaluations are of other sequences from here on "
+                                           "(an evaluation batch is batch_size sequences)",
+             ("gradient_accumulation_steps",): "its steps are of other sequences from here on (a "
+                                               "step is batch_size x gradient_accumulation_steps "
+                                               "sequences)"}
+    for keys, what in notes.items():
+        changed = [k for k in keys if k in saved and settings[k] != saved[k]]
+        if changed:
+            now = ", ".join(f"{k}={settings[k]!r}" for k in changed)
+            then = ", ".join(f"{k}={saved[k]!r}" for k in changed)
+            print(f"note: resuming with {now}, not the checkpoint's {then}: {what}", flush=True)
+
+
+def restore(checkpoint, model, optimizer, scaler, master):
     """Load the weights, the optimizer's moments, the float16 scale and the random state into a
-    resumed run's objects."""
+    resumed run's objects; a checkpoint without the optimizer's state or the random state (one
+    written by other code) goes on without it, saying so."""
     model.load_state_dict(checkpoint["model"])
-    optimizer.load_state_dict(checkpoint["optimizer"])
+    lost = [what for key, what in (("optimizer", "the optimizer's moments (AdamW starts them "
+                                                 "again)"),
+                                   ("rng", "the random state (dropout draws from the seed)"))
+            if not checkpoint.get(key)]
+    if checkpoint.get("optimizer"):
+        optimizer.load_state_dict(checkpoint["optimizer"])
     if scaler.is_enabled() and checkpoint.get("scaler"):  # a resumed float16 run stays exact
         scaler.load_state_dict(checkpoint["scaler"])
-    torch.set_rng_state(checkpoint["rng"]["cpu"].cpu())
-    if device_type in ("cuda", "mps") and checkpoint["rng"].get(device_type) is not None:
-        getattr(torch, device_type).set_rng_state(checkpoint["rng"][device_type].cpu())
+    rng = checkpoint.get("rng") or {}
+    if rng.get("cpu") is not None:
+        torch.set_rng_state(rng["cpu"].cpu())
+    device_type = next(model.parameters()).device.type
+    if device_type in ("cuda", "mps") and rng.get(device_type) is not None:
+        getattr(torch, device_type).set_rng_state(rng[device_type].cpu())
+    if lost and master:
+        print(f"note: the checkpoint has no {' and no '.join(lost)}: the losses will differ a "
+              f"little from an unbroken run's", flush=True)
 
 
 def rng_states(device_type):
@@ -147,6 +221,88 @@ def rng_states(device_type):
     return {"cpu": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None,
             "mps": torch.mps.get_rng_state() if device_type == "mps" else None}
+
+
+def tokens_trained(checkpoint):
+    """The tokens trained on so far, carried over: a resume may change batch_size (older
+    checkpoints do not say: computed)."""
+    saved = checkpoint["train_config"]
+    per_iter = (saved["gradient_accumulation_steps"] * saved["batch_size"]
+                * checkpoint["model_config"]["context_size"])
+    return checkpoint.get("tokens", checkpoint["iter_num"] * per_iter)
+
+
+def start_wandb(settings, checkpoint):
+    """Weights & Biases, imported only when asked for: start (or, with the run id a checkpoint
+    saved, go on in) its run."""
+    try:
+        import wandb
+    except ImportError:
+        fail("wandb_log=True needs Weights & Biases, which is not installed: pip install wandb, "
+             "or train without it: --wandb_log=False")
+    run_id = checkpoint.get("wandb_run_id") if checkpoint else None
+    try:
+        run = wandb.init(project=settings["wandb_project"],
+                         name=settings["wandb_run_name"] or settings["out_dir"], id=run_id,
+                         resume="allow")
+        run.config.update(settings, allow_val_change=True)  # a resume may change some
+    except Exception as e:  # no API key, no network
+        detail = (str(e).strip() or "?").splitlines()[0]
+        fail(f"W&B could not start ({type(e).__name__}: {detail}); log in with `wandb login`, log "
+             f"offline with WANDB_MODE=offline, or train without it: --wandb_log=False")
+    return run  # its id is saved in the checkpoints: a resume goes on in this W&B run
+
+# -----------------------------------------------------------------------------
+# the checkpoint, read by train.py, sample.py and evaluate.py
+
+
+def load_checkpoint(out_dir, device="cpu", fix="use another run's --out_dir", build=None):
+    """(checkpoint dict, model with its weights on device, in eval mode) of out_dir/ckpt.pt, or one
+    line saying what is wrong. build: the model of a model_config dict, e.g.
+    `lambda c: build_model(ModelConfig(**c))` (model.py)."""
+    ckpt_path = os.path.join(out_dir, "ckpt.pt")
+    if not os.path.exists(ckpt_path):
+        fail(f"no checkpoint at {ckpt_path}; train one with train.py --out_dir={out_dir}, "
+             f"or point --out_dir at a run's folder")
+    checkpoint = read_checkpoint(ckpt_path, device, fix)
+    if build is None:  # leftover until sample.py and evaluate.py pass build
+        from model import ModelConfig, build_model
+
+        def build(config):
+            return build_model(ModelConfig(**config))
+    try:
+        model = build(checkpoint["model_config"])
+        model.load_state_dict(checkpoint["model"])
+    except Exception as e:
+        fail(f"checkpoint {ckpt_path} is unreadable ({type(e).__name__}); {fix}")
+    return checkpoint, model.to(device).eval()
+
+
+def read_checkpoint(ckpt_path, device, fix):
+    """The checkpoint dict at ckpt_path, or one line where it is damaged or unreadable."""
+    damaged = damaged_record(ckpt_path)
+    if damaged:
+        fail(f"checkpoint {ckpt_path} is damaged: its record {damaged} fails its CRC-32 check (a "
+             f"disk or copy error); {fix}")
+    try:
+        checkpoint = torch.load(ckpt_path, map_location=device, weights_only=True)  # no code run
+        checkpoint["model"].items()
+        dict(**checkpoint["model_config"])
+        checkpoint["train_config"]["dataset"]  # every reader needs them
+    except Exception as e:
+        fail(f"checkpoint {ckpt_path} is unreadable ({type(e).__name__}); {fix}")
+    return checkpoint
+
+
+def damaged_record(path):
+    """The first record of the checkpoint (a zip file) whose bytes fail their CRC-32, which
+    torch.load does not check; None where all are whole or the file is no zip (torch.load then says
+    it cannot read it)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError):
+        return None
 
 # -----------------------------------------------------------------------------
 # the log: log.jsonl, and the records a checkpoint carries
@@ -175,16 +331,18 @@ def read_log(path):
     return records, False
 
 
-def append_log(path, record, on_error=None):
+def append_log(path, record, on_error):
     """Append one record to a run's log.jsonl; a line cut short by a full disk is dropped at the
     next resume."""
     try:
         with open(path, "a") as f:
             f.write(json.dumps(record) + "\n")
     except OSError as e:
-        if on_error:
-            on_error(path, e)
-        fail(f"could not write {path}: {write_error(path, e)}")
+        on_error(path, e)
+
+
+def same(a, b):
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
 def checkpoint_log(path, checkpoint, ckpt_path):
@@ -198,48 +356,83 @@ def checkpoint_log(path, checkpoint, ckpt_path):
     if carried is None:
         return [r for r in records if r["iter"] <= iter_num]
     theirs = {r["iter"]: r for r in carried}
-    for record in records:
-        if record["iter"] not in theirs:
-            continue
-        if json.dumps(record, sort_keys=True) != json.dumps(theirs[record["iter"]], sort_keys=True):
-            losses = [r.get("val_loss") for r in (theirs[record["iter"]], record)]
+    for record in records:  # another run's checkpoint: no record of an iteration it carries matches
+        it = record["iter"]
+        if it in theirs and not any(same(r, theirs[it]) for r in records if r["iter"] == it):
+            losses = [r.get("val_loss") for r in (theirs[it], record)]
             losses = [f"{x:.4f}" if isinstance(x, float) else repr(x) for x in losses]
             fail(f"{ckpt_path} (iteration {iter_num}) is not the checkpoint of the run logged in "
-                 f"{path}: their evaluations at iteration {record['iter']} differ (val loss "
-                 f"{losses[0]} and {losses[1]}); put the run's own {os.path.basename(ckpt_path)} "
-                 f"back, or resume this one in a folder of its own")
+                 f"{path}: their evaluations at iteration {it} differ (val loss {losses[0]} and "
+                 f"{losses[1]}); put the run's own {os.path.basename(ckpt_path)} back, or resume "
+                 f"this one in a folder of its own")
     return list(carried)
 
 
-def truncate_log(path, iter_num, on_error=None):
-    """Set aside what a log holds after the checkpoint of iteration iter_num, into
-    path.after<iter_num>, saying so, and drop a torn last line."""
+def start_log(out_dir, checkpoint):
+    """A run from scratch (checked: --overwrite=True, or nothing there) removes an earlier run's log
+    and checkpoint. A resume leaves exactly the records its checkpoint carries: those logged after
+    it set aside into log.jsonl.after<iteration>, any other (another run's, one written twice)
+    into log.jsonl.aside, a torn last line dropped, and the records the log has lost written
+    back, each said in one line."""
+    path = os.path.join(out_dir, "log.jsonl")
+    if checkpoint is None:
+        for name in ("log.jsonl", "ckpt.pt"):
+            if os.path.exists(os.path.join(out_dir, name)):
+                os.remove(os.path.join(out_dir, name))
+        return
+    iter_num, carried = checkpoint["iter_num"], checkpoint["log"]
+
+    def failed(path, error, size=None):  # the log before stays whole
+        fail(f"could not write {path}: {write_error(path, error, size)}; the checkpoint "
+             f"{os.path.join(out_dir, 'ckpt.pt')} (iteration {iter_num}) is kept, continue with "
+             f"`python train.py --out_dir={out_dir} --init_from=resume`")
     records, torn = read_log(path)
     if torn:
         print(f"{path}: dropped its last line, cut short by a crash or a full disk")
     later = [r for r in records if r["iter"] > iter_num]
-    if later:  # those evaluations come again; the first ones are kept beside the log, never lost
-        aside = f"{path}.after{iter_num}"
-        before = open(aside, encoding="utf-8").read() if os.path.exists(aside) else ""
-        lines = [json.dumps(r) + "\n" for r in later]
-        new = "".join(line for line in lines if line not in before)
-        write_atomic(aside, (before + new).encode(), on_error)
-        s = "s" * (len(later) > 1)
-        print(f"{path}: kept its records up to iteration {iter_num}, the checkpoint's; set aside "
-              f"{len(later)} later record{s} (iteration{s} "
-              f"{', '.join(str(r['iter']) for r in later)}) in {aside}")
-    if later or torn:
-        kept = "".join(json.dumps(r) + "\n" for r in records if r["iter"] <= iter_num)
-        write_atomic(path, kept.encode(), on_error)
+    # those evaluations come again; the first ones are kept beside the log, never lost
+    set_aside(path, f"{path}.after{iter_num}", later, failed, f"kept its records up to iteration "
+              f"{iter_num}, the checkpoint's; set aside", "later ")
+    missing = list(carried)  # the checkpoint's records the log has not (yet) shown
+    foreign = []
+    for record in records:
+        match = next((r for r in missing if same(r, record)), None)
+        if match is not None:
+            missing.remove(match)
+        elif record["iter"] <= iter_num:
+            foreign.append(record)
+    set_aside(path, f"{path}.aside", foreign, failed, "set aside", "",
+              " its checkpoint does not carry (another run's, or written twice)")
+    if later or torn or foreign or missing:
+        write_atomic(path, "".join(json.dumps(r) + "\n" for r in carried).encode(), failed)
+    if missing:
+        print(f"{path}: wrote back {len(missing)} record(s) it had lost (iteration(s) "
+              f"{', '.join(str(r['iter']) for r in missing)}) from the checkpoint, which carries "
+              f"them")
+
+
+def set_aside(path, aside, records, on_error, did, which, why=""):
+    """Add records to the file aside (kept, never lost), and say so in one line."""
+    if not records:
+        return
+    before = open(aside, encoding="utf-8").read() if os.path.exists(aside) else ""
+    lines = [json.dumps(r) + "\n" for r in records]
+    new = "".join(line for line in lines if line not in before)
+    write_atomic(aside, (before + new).encode(), on_error)
+    s = "s" * (len(records) > 1)
+    print(f"{path}: {did} {len(records)} {which}record{s}{why} (iteration{s} "
+          f"{', '.join(str(r['iter']) for r in records)}) in {aside}")
+
 
 # -----------------------------------------------------------------------------
 # provenance: the checkpoint's model and the data it was trained on
 
 
-def check_same_data(checkpoint, meta, dataset, training=False, data_dir=None):
+def check_same_data(checkpoint, meta, dataset, training=False, data_dir=None, hint=None):
     """Stop with one line when data/<dataset> (or data_dir) is not what the checkpoint's model was
     trained on: another tokenizer or token numbering (evaluating or sampling would use the wrong
-    mapping), or, to resume training or evaluate a split (training=True), other text."""
+    mapping), or, to resume training or evaluate a split (training=True), other text. hint:
+    data.prepare_hint, for the command that prepares it again."""
     trained = checkpoint.get("dataset_meta") or {}  # older checkpoints do not say
     keys = ["tokenizer", "vocab_size", "compact_vocab"]
     keys += ["train_token_sum", "val_token_sum"] * training
@@ -247,9 +440,12 @@ def check_same_data(checkpoint, meta, dataset, training=False, data_dir=None):
     if changed:
         text_only = set(changed) <= {"train_token_sum", "val_token_sum"}
         what = "its text" if text_only else "its tokens"
-        hint = prepare_hint(dataset, trained.get("tokenizer", "gpt2"), "compact_vocab" in trained)
+        if hint is None:  # leftover until evaluate.py passes hint
+            from data import prepare_hint as hint
+        command = hint(dataset, trained.get("tokenizer", "gpt2"), "compact_vocab" in trained)
         fail(f"{data_dir or 'data/' + dataset} was prepared again since this model was trained on "
-             f"it ({what} differ: {', '.join(changed)}); prepare it as it was for training: {hint}")
+             f"it ({what} differ: {', '.join(changed)}); prepare it as it was for training: "
+             f"{command}")
 
 
 def check_tokenizer_record(meta, checkpoint, where, fix):
@@ -291,11 +487,12 @@ def check_tokenizer_record(meta, checkpoint, where, fix):
         fail(f"the tokenizer record in {where} {problem}; {fix}")
 
 
-def trained_meta(checkpoint, ckpt_path, data_dir=None):
+def trained_meta(checkpoint, ckpt_path, data_dir=None, read_meta=None, hint=None):
     """The meta.json of the dataset the checkpoint's model was trained on (its tokenizer, compact
     vocabulary): that of data_dir (default data/<dataset> in the working folder) where there is
     one, checked against the model, else the copy the checkpoint carries, checked too, so that
-    sample.py and evaluate.py need only the run's folder."""
+    sample.py and evaluate.py need only the run's folder. read_meta and hint: data.read_meta and
+    data.prepare_hint."""
     dataset = checkpoint["train_config"]["dataset"]
     carried = checkpoint.get("dataset_meta") or {}
     data_dir = data_dir or os.path.join("data", dataset)
@@ -307,6 +504,8 @@ def trained_meta(checkpoint, ckpt_path, data_dir=None):
                                "the run's own ckpt.pt")
     if not os.path.exists(meta_path) and carried:
         return carried
+    if read_meta is None:  # leftover until sample.py and evaluate.py pass read_meta
+        from data import read_meta
     meta = read_meta(dataset, data_dir)
     trained = carried.get("tokenizer", meta["tokenizer"])  # older checkpoints do not say
     if meta["tokenizer"] != trained or meta.get("vocab_size", 0) > vocab_size:
@@ -314,96 +513,7 @@ def trained_meta(checkpoint, ckpt_path, data_dir=None):
              f"tokens), but the model in {ckpt_path} was trained on {trained} tokens "
              f"(vocab_size={vocab_size}): {data_dir} was prepared again with another tokenizer; "
              f"prepare it as it was for training")
-    check_same_data(checkpoint, meta, dataset, data_dir=data_dir)
+    check_same_data(checkpoint, meta, dataset, data_dir=data_dir, hint=hint)
     check_tokenizer_record(meta, checkpoint, meta_path,
                            f"prepare '{dataset}' again as it was for training")
     return meta
-
-
-def note_changes(checkpoint, settings, master):
-    """A resume with other settings goes on, saying what that changes: another device, precision or
-    compile makes the losses differ a little from an unbroken run's; another batch_size or
-    eval_iters evaluates other sequences from here on."""
-    saved = checkpoint["train_config"]
-    if not master:
-        return
-    notes = {("device", "dtype", "compile"): "the losses will differ a little from an unbroken "
-                                             "run's",
-             ("batch_size", "eval_iters"): "its evaluations are of other sequences from here on "
-                                           "(an evaluation batch is batch_size sequences)"}
-    for keys, what in notes.items():
-        changed = [k for k in keys if k in saved and settings[k] != saved[k]]
-        if changed:
-            now = ", ".join(f"{k}={settings[k]!r}" for k in changed)
-            then = ", ".join(f"{k}={saved[k]!r}" for k in changed)
-            print(f"note: resuming with {now}, not the checkpoint's {then}: {what}", flush=True)
-
-
-def exit_if_finished(checkpoint, max_iters, logged, out_dir, master):
-    """A resume of a run that has trained max_iters steps and evaluated the last: say so, and how to
-    train it further, and end."""
-    iter_num = checkpoint["iter_num"]
-    if iter_num < max_iters or not (logged and logged[-1]["iter"] == iter_num):
-        return
-    if master:
-        print(f"{out_dir} holds a finished run: {iter_num} of max_iters={max_iters} iterations, "
-              f"evaluated; to train it further, resume with a larger --max_iters, e.g. "
-              f"--max_iters={2 * iter_num or 100}")
-    sys.exit(0)
-
-
-def saved_grad_norm(checkpoint):
-    """The gradient norm of the step before a checkpoint, for the next evaluation's record."""
-    value = checkpoint.get("grad_norm")
-    return None if value is None else torch.tensor(value)
-
-
-def tokens_trained(checkpoint):
-    """The tokens trained on so far, carried over: a resume may change batch_size (older
-    checkpoints do not say: computed)."""
-    saved = checkpoint["train_config"]
-    per_iter = (saved["gradient_accumulation_steps"] * saved["batch_size"]
-                * checkpoint["model_config"]["context_size"])
-    return checkpoint.get("tokens", checkpoint["iter_num"] * per_iter)
-
-
-def start_log(out_dir, logged, iter_num, resumed, on_error):
-    """A run from scratch (checked: --overwrite=True, or nothing there) removes an earlier run's log
-    and checkpoint. A resume sets aside the records logged after its checkpoint, and writes back
-    those the checkpoint carries that the log has lost, saying so."""
-    log_path = os.path.join(out_dir, "log.jsonl")
-    if not resumed:
-        for name in ("log.jsonl", "ckpt.pt"):
-            if os.path.exists(os.path.join(out_dir, name)):
-                os.remove(os.path.join(out_dir, name))
-        return
-    truncate_log(log_path, iter_num, on_error)
-    have = {r["iter"] for r in read_log(log_path)[0]}
-    lost = [r["iter"] for r in logged if r["iter"] not in have]
-    if not lost:
-        return
-    write_atomic(log_path, "".join(json.dumps(r) + "\n" for r in logged).encode(), on_error)
-    print(f"{log_path}: wrote back {len(lost)} record(s) it had lost (iteration(s) "
-          f"{', '.join(map(str, lost))}) from the checkpoint, which carries them")
-
-
-def import_wandb():
-    """Weights & Biases, imported only when asked for."""
-    try:
-        import wandb
-    except ImportError:
-        fail("wandb_log=True needs Weights & Biases, which is not installed: pip install wandb, "
-             "or train without it: --wandb_log=False")
-    return wandb
-
-
-def start_wandb(wandb, project, name, run_id, train_config):
-    """Start (or, with the run_id a checkpoint saved, go on in) a Weights & Biases run; its id."""
-    try:
-        run = wandb.init(project=project, name=name, id=run_id, resume="allow")
-        run.config.update(train_config, allow_val_change=True)  # a resume may change some
-    except Exception as e:  # no API key, no network
-        detail = (str(e).strip() or "?").splitlines()[0]
-        fail(f"W&B could not start ({type(e).__name__}: {detail}); log in with `wandb login`, log "
-             f"offline with WANDB_MODE=offline, or train without it: --wandb_log=False")
-    return run.id  # saved in the checkpoints: a resume goes on in this W&B run
