@@ -258,13 +258,20 @@ def reversal_run(tmp_path_factory):
 
 
 class FileHandler(BaseHTTPRequestHandler):
-    """A fake raw-file host: serves `files`, honours Range, and for the paths in `cut` sends only the first
-    half of the body once before hanging up."""
-    files, cut, ranges, ignore_range = {}, set(), [], False
+    """A fake raw-file host: serves `files`, honours Range, for the paths in `cut` sends only the first half of the
+    body once before hanging up, and answers the first requests with the (status, Retry-After) of `faults`."""
+    files, cut, ranges, ignore_range, faults = {}, set(), [], False, []
 
     def do_GET(self):
         name = self.path.rsplit("/", 1)[-1]
         self.ranges.append((name, self.headers.get("Range")))
+        if self.faults:
+            status, retry_after = self.faults.pop(0)
+            self.send_response(status)
+            self.send_header("Retry-After", retry_after)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if name not in self.files:
             self.send_error(404)
             return
@@ -298,16 +305,17 @@ def wikitext(seed):
 
 @pytest.fixture
 def wikitext2_host(monkeypatch):
-    """A fake host of train.txt, valid.txt, test.txt, with the checksums of these files patched in."""
+    """A fake host of train.txt, valid.txt, test.txt, with the checksums of these files patched in; a failed
+    request is tried again at once."""
+    monkeypatch.setattr(pw, "RETRY", pw.RETRY.new(backoff_factor=0))
     files = {"train.txt": wikitext(0), "valid.txt": wikitext(1), "test.txt": wikitext(2)}
     monkeypatch.setattr(pw, "WIKITEXT2_FILES", {
         "train": ("train.txt", "git-blob",
                   hashlib.sha1(b"blob %d\0" % len(files["train.txt"]) + files["train.txt"]).hexdigest()),
         "valid": ("valid.txt", "sha256", hashlib.sha256(files["valid.txt"]).hexdigest()),
         "test": ("test.txt", "sha256", hashlib.sha256(files["test.txt"]).hexdigest())})
-    handler = type("Handler", (FileHandler,), {"files": files, "cut": set(), "ranges": []})
-    server = HTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    handler = type("Handler", (FileHandler,), {"files": files, "cut": set(), "ranges": [], "faults": []})
+    server = serve(handler)
     handler.url = f"http://127.0.0.1:{server.server_port}/examples/wikitext-2/"
     yield handler
     server.shutdown()
@@ -316,8 +324,8 @@ def wikitext2_host(monkeypatch):
 
 def prepare_wikitext2(host, tmp_path, *extra):
     """prepare_wikipedia.main from the fake host into tmp_path, byte tokens, every article kept."""
-    pw.main(["--wikitext2_url", host.url, "--retry_delay", "0", "--min_chars", "0", "--tokenizer", "byte",
-             "--out_dir", str(tmp_path), *extra])
+    pw.main(["--wikitext2_url", host.url, "--min_chars", "0", "--tokenizer", "byte", "--out_dir", str(tmp_path),
+             *extra])
 
 
 def serve(handler):
@@ -353,13 +361,15 @@ def parquet_bytes(lines):
 @pytest.fixture
 def wikitext103_host(monkeypatch):
     """A fake hub with WikiText-103's two train shards (the cut between them inside an article), their sha256s
-    patched in; host.lines: the text's rows in order."""
+    patched in; host.lines: the text's rows in order. A failed request is tried again at once."""
+    monkeypatch.setattr(pw, "RETRY", pw.RETRY.new(backoff_factor=0))
     lines = wikitext103_lines()
     cut = len(lines) // 2 + 3  # inside an article
     names = list(pw.WIKITEXT103_FILES)
     files = {names[0]: parquet_bytes(lines[:cut]), names[1]: parquet_bytes(lines[cut:])}
     monkeypatch.setattr(pw, "WIKITEXT103_FILES", {name: hashlib.sha256(files[name]).hexdigest() for name in names})
-    handler = type("Handler", (FileHandler,), {"files": files, "cut": set(), "ranges": [], "lines": lines})
+    handler = type("Handler", (FileHandler,), {"files": files, "cut": set(), "ranges": [], "faults": [],
+                                               "lines": lines})
     server = serve(handler)
     handler.url = f"http://127.0.0.1:{server.server_port}/datasets/wikitext/resolve/0/wikitext-103-raw-v1/"
     yield handler

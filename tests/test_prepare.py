@@ -1,5 +1,5 @@
-"""Specifications of prepare_wikipedia.py: fetching from the API with its faults, WikiText-2 downloads, local
-input, and the files it writes. CPU only, no network beyond 127.0.0.1. (The tokenizers and split_wikitext:
+"""Specifications of prepare_wikipedia.py: WikiText-2 and WikiText-103 downloads with their faults, local input,
+and the files it writes, all or nothing. CPU only, no network beyond 127.0.0.1. (The tokenizers and split_wikitext:
 test_data.py.)
 
     python -m pytest -q tests/test_prepare.py
@@ -10,253 +10,20 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
-from urllib.parse import parse_qs, urlparse
+import time
 
 import numpy as np
 import pytest
 
 import data
 import prepare_wikipedia as pw
-from conftest import (ENV, ROOT, TINY, assert_interrupted, assert_one_line_error, interrupted_at, make_wikitext,
-                      prepare_wikitext2, run, wikitext, word_articles)
-
-# a fake Wikipedia: 8 real articles and a stub; the random generator repeats pages
-PAGES = {pid: (f"Article {pid}", f"Article {pid} is page number {pid} of the fake wiki. " * 3) for pid in range(1, 9)}
-PAGES[99] = ("Stub", "Too short.")
-RANDOM_SEQUENCE = [3, 1, 3, 99, 5, 2, 1, 4, 6, 99, 8, 7, 2, 5]
-FETCH_ORDER = [3, 1, 5, 2, 4, 6, 8, 7]  # first sight of each non-stub page
+from conftest import (ENV, ROOT, TINY, assert_interrupted, assert_one_line_error, fill, interrupted_at,
+                      make_wikitext, prepare_wikitext2, run, wikitext, word_articles)
 
 
-class FakeApi:
-    """State of the fake API: what it serves, which faults it injects, what it was asked."""
-
-    def __init__(self):
-        self.served = 0  # pages served so far, an index into RANDOM_SEQUENCE
-        self.faults = {}  # request number -> "429" | "500" | "drop" | "maxlag"
-        self.fail_after = None  # after this many served pages, answer 503 forever
-        self.answer = None  # a JSON body to send instead of every page (a malformed or odd answer)
-        self.pages_as_dict = False  # pages keyed by id, as older MediaWiki versions send them
-        self.requests = []  # (query params, headers) per request
-
-
-class ApiHandler(BaseHTTPRequestHandler):
-    api = None  # a FakeApi, set per server
-
-    def do_GET(self):
-        api = self.api
-        fault = api.faults.get(len(api.requests))
-        api.requests.append((parse_qs(urlparse(self.path).query), dict(self.headers)))
-        if fault == "drop":
-            self.close_connection = True  # hang up without a word
-        elif fault == "429":
-            self.reply(429, {}, {"Retry-After": "0"})
-        elif fault == "429 for an hour":
-            self.reply(429, {}, {"Retry-After": "3600"})
-        elif fault == "trickle":  # a valid answer, one byte every 5 ms: 2 s in all
-            self.send_response(200)
-            self.send_header("Content-Length", "400")
-            self.end_headers()
-            try:
-                for byte in b"{}".rjust(400):
-                    self.wfile.write(bytes([byte]))
-                    self.wfile.flush()
-                    threading.Event().wait(0.005)
-            except OSError:
-                pass  # the client hung up
-        elif fault == "500":
-            self.reply(500, {})
-        elif api.fail_after is not None and api.served >= api.fail_after:
-            self.reply(503, {})
-        elif fault == "maxlag":
-            self.reply(200, {"error": {"code": "maxlag", "info": "Waiting for db1: 6 seconds lagged"}},
-                       {"Retry-After": "0"})
-        elif api.answer is not None:
-            self.reply(200, api.answer)
-        else:
-            pid = RANDOM_SEQUENCE[api.served % len(RANDOM_SEQUENCE)]
-            api.served += 1
-            title, text = PAGES[pid]
-            page = {"pageid": pid, "ns": 0, "title": title, "extract": text}
-            self.reply(200, {"batchcomplete": True,
-                             "continue": {"grncontinue": "0.5|0.6|0|0", "continue": "grncontinue||"},
-                             "query": {"pages": {str(pid): page} if api.pages_as_dict else [page]}})
-
-    def reply(self, status, body, headers={}):
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        for key, value in {"Content-Type": "application/json", "Content-Length": str(len(data)), **headers}.items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass  # keep pytest output clean
-
-
-@pytest.fixture
-def wiki():
-    api = FakeApi()
-    server = HTTPServer(("127.0.0.1", 0), type("Handler", (ApiHandler,), {"api": api}))
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    api.url = f"http://127.0.0.1:{server.server_port}/w/api.php"
-    yield api
-    server.shutdown()
-    server.server_close()
-
-
-def fetch(api, tmp_path, num_articles=8, *extra):
-    pw.main(["--api_url", api.url, "--num_articles", str(num_articles), "--min_chars", "50", "--retry_delay", "0",
-             "--tokenizer", "byte", "--out_dir", str(tmp_path), "--name", "wiki", *extra])
-
-
-def cached_pageids(tmp_path):
-    with open(tmp_path / "wiki" / "articles.jsonl", encoding="utf-8") as f:
-        return [json.loads(line)["pageid"] for line in f]  # fails on any broken line
-
-
-# -----------------------------------------------------------------------------
-# fetching from the API
-
-
-def test_fetch_survives_429_500_dropped_connection_and_maxlag_with_each_article_once(wiki, tmp_path):
-    wiki.faults = {0: "429", 2: "500", 4: "drop", 6: "maxlag"}
-    fetch(wiki, tmp_path)
-    assert cached_pageids(tmp_path) == FETCH_ORDER  # no repeat, no stub, none missing
-    assert len(wiki.requests) == len(FETCH_ORDER) + 4 + 4  # + repeats and stubs + faults
-    meta = json.load(open(tmp_path / "wiki" / "meta.json"))
-    assert meta["train_articles"] + meta["val_articles"] == len(FETCH_ORDER)
-
-
-def test_requests_carry_descriptive_user_agent_maxlag_and_whole_plain_text_extracts(wiki, tmp_path):
-    fetch(wiki, tmp_path, 2)
-    params, headers = wiki.requests[0]
-    assert "prepare_wikipedia.py" in headers["User-Agent"] and "https://" in headers["User-Agent"]
-    assert params["maxlag"] == ["5"]
-    assert params["generator"] == ["random"] and params["grnnamespace"] == ["0"]
-    assert params["prop"] == ["extracts"] and params["explaintext"] == ["1"] and "exintro" not in params
-
-
-def test_backoff_doubles_from_retry_delay_and_honours_retry_after(wiki, tmp_path, monkeypatch):
-    waits = []
-    monkeypatch.setattr(pw.time, "sleep", waits.append)
-    wiki.faults = {0: "500", 1: "500", 2: "429"}  # the 429 says Retry-After: 0
-    fetch(wiki, tmp_path, 2, "--retry_delay", "0.5")
-    assert waits == [0.5, 1.0, 0]
-
-
-def test_last_failed_try_is_one_line_error_with_nonzero_exit(wiki, tmp_path):
-    wiki.fail_after = 0
-    with pytest.raises(SystemExit) as e:
-        fetch(wiki, tmp_path)
-    assert len(wiki.requests) == pw.MAX_TRIES
-    assert_one_line_error(str(e.value.code), f"could not reach {wiki.url} after {pw.MAX_TRIES} tries (HTTP 503)")
-
-
-def test_long_retry_after_is_capped_and_announced(wiki, tmp_path, monkeypatch, capsys):
-    waits = []
-    monkeypatch.setattr(pw.time, "sleep", waits.append)
-    wiki.faults = {0: "429 for an hour"}
-    fetch(wiki, tmp_path, 2)
-    assert waits == [pw.MAX_WAIT]
-    err = capsys.readouterr().err
-    assert f"waiting {pw.MAX_WAIT} s" in err and "asked for 3600 s" in err
-    assert cached_pageids(tmp_path) == FETCH_ORDER[:2]
-
-
-def test_server_trickling_bytes_hits_the_deadline_of_the_whole_request(wiki, tmp_path, monkeypatch):
-    monkeypatch.setattr(pw, "REQUEST_DEADLINE", 0.05)  # each byte arrives well within any per-read timeout
-    monkeypatch.setattr(pw, "MAX_TRIES", 2)
-    wiki.faults = {0: "trickle", 1: "trickle"}
-    with pytest.raises(SystemExit) as e:
-        fetch(wiki, tmp_path)
-    assert_one_line_error(str(e.value.code), "after 2 tries (no complete answer within 0.05 s)")
-
-
-def test_pages_keyed_by_id_as_older_mediawiki_sends_them_are_read(wiki, tmp_path):
-    wiki.pages_as_dict = True
-    fetch(wiki, tmp_path)
-    assert cached_pageids(tmp_path) == FETCH_ORDER
-
-
-@pytest.mark.parametrize("answer, phrase", [
-    ([{"pageid": 1}], "answered a JSON list, not an object"),
-    ({"query": {"pages": [{"ns": 0, "title": "A", "extract": "text " * 20}]}}, "a page without an integer 'pageid'"),
-    ({"query": {"pages": [{"pageid": 1, "title": "A", "extract": 12345}]}},
-     "page 1 with an 'extract' that is not text (int)"),
-    ({"query": {"pages": "none"}}, "'query' without a list of page objects"),
-    ({"error": "readonly"}, "returned an error: readonly")])
-def test_malformed_but_plausible_answer_is_one_line_error(wiki, tmp_path, answer, phrase):
-    wiki.answer = answer
-    with pytest.raises(SystemExit) as e:
-        fetch(wiki, tmp_path)
-    assert_one_line_error(str(e.value.code), wiki.url, phrase)
-
-
-def test_pages_without_extract_stop_early_saying_what_the_api_sent(wiki, tmp_path):
-    wiki.answer = {"query": {"pages": [{"pageid": 5, "ns": 0, "title": "Article 5"}]}}
-    with pytest.raises(SystemExit) as e:
-        fetch(wiki, tmp_path)
-    assert len(wiki.requests) == pw.MAX_NO_EXTRACT
-    assert_one_line_error(str(e.value.code), "pages without an 'extract'", '"title": "Article 5"', "TextExtracts")
-
-
-def test_run_of_stubs_says_what_the_api_sent(wiki, tmp_path, monkeypatch):
-    monkeypatch.setattr(pw, "MAX_MISSES", 5)
-    wiki.answer = {"query": {"pages": [{"pageid": 99, "ns": 0, "title": "Stub", "extract": "Too short."}]}}
-    with pytest.raises(SystemExit) as e:
-        fetch(wiki, tmp_path)
-    assert len(wiki.requests) == 5
-    assert_one_line_error(str(e.value.code), "(the API sent: 5 shorter than --min_chars)", "--min_chars")
-
-
-def test_unreachable_api_exits_nonzero_with_one_line_error_and_no_traceback(tmp_path):
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    result = run("prepare_wikipedia.py", "--api_url", f"http://127.0.0.1:{port}/w/api.php", "--retry_delay", "0",
-                 "--tokenizer", "byte", "--out_dir", str(tmp_path), cwd=tmp_path, check=False, timeout=60)
-    assert_one_line_error(result, "could not reach", "after 6 tries (ConnectionError)", "--input PATH")
-
-
-def test_fetch_that_died_resumes_without_duplicates_or_losses_despite_truncated_last_line(wiki, tmp_path):
-    wiki.fail_after = 3  # serves pages 3, 1, 3, then the server breaks for good
-    with pytest.raises(SystemExit):
-        fetch(wiki, tmp_path)
-    assert cached_pageids(tmp_path) == [3, 1]
-    with open(tmp_path / "wiki" / "articles.jsonl", "a", encoding="utf-8") as f:
-        f.write('{"pageid": 5, "title": "Artic')  # a crash in the middle of writing
-    wiki.fail_after = None
-    fetch(wiki, tmp_path)
-    assert cached_pageids(tmp_path) == FETCH_ORDER
-
-
-def test_ctrl_c_keeps_fetched_articles_and_rerun_continues(wiki, tmp_path, monkeypatch):
-    calls, api_get = [], pw.api_get
-
-    def interrupt_on_fourth_call(*args):
-        calls.append(1)
-        if len(calls) == 4:
-            raise KeyboardInterrupt
-        return api_get(*args)
-    monkeypatch.setattr(pw, "api_get", interrupt_on_fourth_call)
-    with pytest.raises(SystemExit) as e:
-        fetch(wiki, tmp_path)
-    assert e.value.code == 130
-    assert cached_pageids(tmp_path) == [3, 1]
-    fetch(wiki, tmp_path)
-    assert cached_pageids(tmp_path) == FETCH_ORDER
-
-
-def test_complete_cache_is_reused_without_requests(wiki, tmp_path):
-    fetch(wiki, tmp_path)
-    num_requests = len(wiki.requests)
-    fetch(wiki, tmp_path, 5)
-    assert len(wiki.requests) == num_requests
-    meta = json.load(open(tmp_path / "wiki" / "meta.json"))
-    assert meta["train_articles"] + meta["val_articles"] == 5
+def files_in(folder):
+    """The files of folder, less the hidden ones a folder lock keeps there."""
+    return sorted(name for name in os.listdir(folder) if not name.startswith("."))
 
 # -----------------------------------------------------------------------------
 # WikiText-2 downloads
@@ -270,7 +37,7 @@ def test_git_blob_checksum_is_what_git_hash_object_prints(tmp_path):
 def test_wikitext2_download_prepares_token_for_token_what_input_prepares(wikitext2_host, tmp_path):
     prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2")
     cache = tmp_path / "wikitext-2"
-    assert os.listdir(cache) == ["valid.txt"] and (cache / "valid.txt").read_bytes() == wikitext(1)
+    assert files_in(cache) == ["valid.txt"] and (cache / "valid.txt").read_bytes() == wikitext(1)
     pw.main(["--input", str(cache / "valid.txt"), "--min_chars", "0", "--tokenizer", "byte",
              "--out_dir", str(tmp_path), "--name", "by_input"])
     for f in ("train.bin", "val.bin"):
@@ -280,15 +47,19 @@ def test_wikitext2_download_prepares_token_for_token_what_input_prepares(wikitex
 
 
 @pytest.mark.parametrize("split, val", [("valid", None), ("valid", "test"), ("all", None)])
-def test_wikitext2_from_local_copies_prepares_offline_what_the_download_prepares(wikitext2_host, tmp_path, split, val):
-    """--wikitext2 with --input: the user's copies (any name, or a folder holding them), checked, stand for the
-    download; the dataset, under the name the configs look for, is the same token for token."""
+@pytest.mark.parametrize("given", ["files", "folder"])
+def test_wikitext2_from_local_copies_prepares_offline_what_the_download_prepares(wikitext2_host, tmp_path, split, val,
+                                                                                given):
+    """--wikitext2 with --input: your copies under their published names (the files, or their folder), checked,
+    stand for the download; the dataset, under the name the configs look for, is the same token for token."""
     copies = tmp_path / "copies"
     copies.mkdir()
     for name, body in wikitext2_host.files.items():
-        (copies / f"my_{name}").write_bytes(body)  # renamed: known by their checksums
+        (copies / name).write_bytes(body)
     options = [f"--wikitext2={split}"] + [f"--wikitext2_val={val}"] * bool(val)
-    local = [str(copies / f"my_{name}") for name in pw.wikitext2_names(split) + pw.wikitext2_names(val or "valid")]
+    names = [f for s in (split, val or "valid") for f in (["train.txt", "valid.txt", "test.txt"] if s == "all"
+                                                           else [f"{s}.txt"])]
+    local = [str(copies / name) for name in names] if given == "files" else [str(copies)]
     prepare_wikitext2(wikitext2_host, tmp_path / "offline", *options, "--input", *local)
     assert wikitext2_host.ranges == []  # nothing downloaded
     prepare_wikitext2(wikitext2_host, tmp_path / "online", *options)
@@ -301,7 +72,7 @@ def test_wikitext2_input_that_is_not_the_split_or_lacks_one_is_one_line_error(wi
     (tmp_path / "valid.txt").write_bytes(wikitext(1).replace(b"\n", b"\r\n"))  # a Windows copy: other bytes
     with pytest.raises(SystemExit) as e:
         prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2=valid", "--input", str(tmp_path / "valid.txt"))
-    assert_one_line_error(str(e.value.code), "valid.txt is not WikiText-2's valid.txt", "--name=NAME")
+    assert_one_line_error(str(e.value.code), "valid.txt is not WikiText-2's valid.txt as published", "--name=NAME")
     (tmp_path / "valid.txt").write_bytes(wikitext(1))
     with pytest.raises(SystemExit) as e:
         prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2=valid", "--wikitext2_val=test", "--input",
@@ -313,7 +84,7 @@ def test_wikitext2_input_that_is_not_the_split_or_lacks_one_is_one_line_error(wi
 def test_wikitext2_val_makes_val_bin_of_that_split_alone_as_val_input_does(wikitext2_host, tmp_path):
     prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2=valid", "--wikitext2_val=test")
     cache, out = tmp_path / "wikitext-2", tmp_path / "wikitext2_valid-test_byte"
-    assert sorted(os.listdir(cache)) == ["test.txt", "valid.txt"]
+    assert files_in(cache) == ["test.txt", "valid.txt"]
     pw.main(["--input", str(cache / "valid.txt"), "--val_input", str(cache / "test.txt"), "--min_chars", "0",
              "--tokenizer", "byte", "--out_dir", str(tmp_path), "--name", "by_input"])
     for f in ("train.bin", "val.bin"):
@@ -345,16 +116,17 @@ def test_a_seed_numpy_cannot_take_is_one_line_error(tmp_path, seed):
 
 def test_wikitext2_all_downloads_and_checks_the_three_files(wikitext2_host, tmp_path):
     prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2=all")
-    assert sorted(os.listdir(tmp_path / "wikitext-2")) == ["test.txt", "train.txt", "valid.txt"]
+    assert files_in(tmp_path / "wikitext-2") == ["test.txt", "train.txt", "valid.txt"]
     meta = json.load(open(tmp_path / "wikitext2_all_byte" / "meta.json"))
     assert meta["train_articles"] + meta["val_articles"] == 24
 
 
-def test_cut_download_resumes_with_a_range_request(wikitext2_host, tmp_path):
+def test_cut_download_resumes_with_a_range_request(wikitext2_host, tmp_path, monkeypatch):
+    monkeypatch.setattr(pw, "CHUNK", 64)
     wikitext2_host.cut = {"valid.txt"}
     prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2=valid")
     half = len(wikitext(1)) // 2
-    assert wikitext2_host.ranges == [("valid.txt", None), ("valid.txt", f"bytes={half}-")]
+    assert wikitext2_host.ranges == [("valid.txt", None), ("valid.txt", f"bytes={half - half % 64}-")]
     assert (tmp_path / "wikitext-2" / "valid.txt").read_bytes() == wikitext(1)
 
 
@@ -365,7 +137,7 @@ def test_partial_download_of_an_earlier_run_is_resumed_or_restarted(wikitext2_ho
     (tmp_path / "wikitext-2" / "test.txt.part").write_bytes(wikitext(2)[:100])
     prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2=test")
     assert wikitext2_host.ranges == [("test.txt", "bytes=100-")]
-    assert os.listdir(tmp_path / "wikitext-2") == ["test.txt"]
+    assert files_in(tmp_path / "wikitext-2") == ["test.txt"]
     assert (tmp_path / "wikitext-2" / "test.txt").read_bytes() == wikitext(2)
 
 
@@ -374,36 +146,54 @@ def test_checksum_mismatch_names_the_file_and_deletes_the_download(wikitext2_hos
     with pytest.raises(SystemExit) as e:
         prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2")
     assert_one_line_error(str(e.value.code), "valid.txt from", "does not have the expected sha256", "deleted")
-    assert os.listdir(tmp_path / "wikitext-2") == []
+    assert files_in(tmp_path / "wikitext-2") == []
 
 
-def test_wikitext2_host_down_is_one_line_error_suggesting_input(tmp_path):
+def test_wikitext2_host_down_is_one_line_error_suggesting_input(tmp_path, monkeypatch):
+    monkeypatch.setattr(pw, "RETRY", pw.RETRY.new(backoff_factor=0))
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(SystemExit) as e:
-        pw.main(["--wikitext2", "--wikitext2_url", f"http://127.0.0.1:{port}/", "--retry_delay", "0",
-                 "--out_dir", str(tmp_path)])
+        pw.main(["--wikitext2", "--wikitext2_url", f"http://127.0.0.1:{port}/", "--out_dir", str(tmp_path)])
     assert_one_line_error(str(e.value.code), f"could not download http://127.0.0.1:{port}/valid.txt",
-                          "(ConnectionError)", "no network?", "--input PATH")
+                          "Connection refused", "no network?", "--input PATH")
 
 
-def test_no_network_stops_at_once_with_one_line_error(tmp_path, monkeypatch):
+def test_no_network_is_one_line_error_naming_the_offline_way(tmp_path, monkeypatch):
     def no_dns(*args, **kwargs):
         raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
     monkeypatch.setattr(socket, "getaddrinfo", no_dns)  # what a machine without network answers
-    for args, fix in ((["--wikitext2"], "--input PATH"), (["--num_articles", "1"], "--input PATH"),
-                      (["--wikitext103"], "from a machine with network into")):
+    monkeypatch.setattr(pw, "RETRY", pw.RETRY.new(backoff_factor=0))
+    for args, what in ((["--wikitext2"], "WikiText-2's valid.txt"), ([], "WikiText-103's train-00000")):
         with pytest.raises(SystemExit) as e:
             pw.main([*args, "--out_dir", str(tmp_path)])  # the default, real URLs: never reached
-        assert_one_line_error(str(e.value.code), "host name does not resolve (no network?)", fix)
+        assert_one_line_error(str(e.value.code), "Failed to resolve", "no network?", f"Offline, copy {what}",
+                              "from a machine with network into", "--input PATH")
+
+
+def test_failed_requests_are_tried_again_as_retry_after_asks_and_then_stop_in_one_line(wikitext2_host, tmp_path,
+                                                                                      monkeypatch):
+    """HTTP 503 and 429 are tried again (urllib3's Retry in requests' HTTPAdapter), waiting what Retry-After asks;
+    a host that keeps failing stops after the last try with one line."""
+    waits = []
+    monkeypatch.setattr(time, "sleep", waits.append)
+    wikitext2_host.faults += [(503, "0"), (429, "7")]
+    prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2")
+    assert 7 in waits and [name for name, _ in wikitext2_host.ranges] == ["valid.txt"] * 3
+    assert (tmp_path / "wikitext-2" / "valid.txt").read_bytes() == wikitext(1)
+    wikitext2_host.faults += [(503, "0")] * 10
+    with pytest.raises(SystemExit) as e:
+        prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2=test")
+    assert_one_line_error(str(e.value.code), "could not download", "test.txt (too many 503 error responses)")
+    assert len(wikitext2_host.ranges) == 3 + 1 + pw.RETRY.total
 
 # -----------------------------------------------------------------------------
 # WikiText-103 from the hub's Parquet files
 
 
 def prepare_wikitext103(host, tmp_path, train_tokens, val_tokens, *extra):
-    pw.main(["--wikitext103", "--wikitext103_url", host.url, "--retry_delay", "0", "--min_chars", "0",
+    pw.main(["--wikitext103", "--wikitext103_url", host.url, "--min_chars", "0",
              "--train_tokens", str(train_tokens), "--val_tokens", str(val_tokens), "--out_dir", str(tmp_path), *extra])
     return tmp_path / f"wikitext103_{train_tokens}-{val_tokens}"
 
@@ -414,7 +204,7 @@ def test_wikitext103_takes_whole_articles_until_each_split_holds_the_tokens_aske
     in the joined text (the shards' boundary cuts one); size and time are announced before the download."""
     out = prepare_wikitext103(wikitext103_host, tmp_path, 2500, 600)
     printed = capsys.readouterr().out
-    assert printed.index("MB to download") < printed.index("downloading") and "min at 10 MB/s" in printed
+    assert printed.index("314 MB to download") < printed.index("downloading")
     assert "tokenized" in printed and "val 6" in printed
     meta = json.load(open(out / "meta.json"))
     _, decode, _, eot = data.get_tokenizer("gpt2")
@@ -427,48 +217,43 @@ def test_wikitext103_takes_whole_articles_until_each_split_holds_the_tokens_aske
     assert data.prepare_command(out.name).split()[2:5] == ["--wikitext103", "--train_tokens=2500", "--val_tokens=600"]
 
 
-def test_wikitext103_cut_download_resumes_and_the_checked_files_need_no_network_again(wikitext103_host, tmp_path):
+def test_wikitext103_cut_download_resumes_and_the_checked_files_need_no_network_again(wikitext103_host, tmp_path,
+                                                                                       monkeypatch):
+    monkeypatch.setattr(pw, "CHUNK", 64)
     first = list(pw.WIKITEXT103_FILES)[0]
     wikitext103_host.cut = {first}
     out = prepare_wikitext103(wikitext103_host, tmp_path, 1000, 300)
     half = len(wikitext103_host.files[first]) // 2
-    assert wikitext103_host.ranges[:2] == [(first, None), (first, f"bytes={half}-")]
+    assert wikitext103_host.ranges[:2] == [(first, None), (first, f"bytes={half - half % 64}-")]
     files = {f: (out / f).read_bytes() for f in ("train.bin", "val.bin", "meta.json")}
     wikitext103_host.files.clear()  # the host has nothing now: the files already downloaded and checked are used
     assert prepare_wikitext103(wikitext103_host, tmp_path, 1000, 300) == out
     assert {f: (out / f).read_bytes() for f in files} == files and len(wikitext103_host.ranges) == 3
 
 
-def test_a_copy_that_is_not_the_pinned_file_is_kept_aside_and_never_deleted(wikitext103_host, wikitext2_host, tmp_path,
-                                                                            monkeypatch, capsys):
+def test_a_file_where_a_download_goes_that_is_not_the_pinned_one_is_refused_and_never_touched(
+        wikitext103_host, wikitext2_host, tmp_path):
     """A file the user put where a download goes but not the pinned one (a truncated copy, another revision, a copy
-    with Windows line endings): offline, it is kept under a name that says why and the error names the revision
-    expected; online, the checked download takes its place and the user's copy stays aside."""
+    with Windows line endings) stops the preparation with one line naming it; it is neither used, deleted nor
+    overwritten. Moved away, the checked download takes its place."""
     folder, first = tmp_path / "wikitext-103", list(pw.WIKITEXT103_FILES)[0]
     folder.mkdir()
     truncated = wikitext103_host.files[first][:1000]
     (folder / first).write_bytes(truncated)
-    (folder / f"{first}.sha256-mismatch").write_bytes(b"an older copy set aside")
-
-    def no_dns(*args, **kwargs):
-        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
-    with monkeypatch.context() as offline:
-        offline.setattr(socket, "getaddrinfo", no_dns)
-        with pytest.raises(SystemExit) as e:
-            pw.main(["--wikitext103", "--out_dir", str(tmp_path)])
-    assert_one_line_error(str(e.value.code), "no network?", f"of revision {pw.WIKITEXT103_REVISION}",
-                          f"kept as {folder / first}.sha256-mismatch2")
-    assert f"kept as {folder / first}.sha256-mismatch2" in capsys.readouterr().out
-    assert (folder / f"{first}.sha256-mismatch").read_bytes() == b"an older copy set aside"  # never overwritten
-    assert (folder / f"{first}.sha256-mismatch2").read_bytes() == truncated and not (folder / first).exists()
+    with pytest.raises(SystemExit) as e:
+        prepare_wikitext103(wikitext103_host, tmp_path, 1000, 300)
+    assert_one_line_error(str(e.value.code), f"{folder / first} is not WikiText-103's {first} as published",
+                          "move it away")
+    assert (folder / first).read_bytes() == truncated and wikitext103_host.ranges == []
+    (folder / first).rename(tmp_path / "mine.parquet")
     prepare_wikitext103(wikitext103_host, tmp_path, 1000, 300)
     assert (folder / first).read_bytes() == wikitext103_host.files[first]
-    assert (folder / f"{first}.sha256-mismatch2").read_bytes() == truncated
-    (tmp_path / "wikitext-2").mkdir()  # WikiText-2 alike: a Windows copy of valid.txt is set aside, not deleted
+    (tmp_path / "wikitext-2").mkdir()  # WikiText-2 alike: a Windows copy of valid.txt
     (tmp_path / "wikitext-2" / "valid.txt").write_bytes(wikitext(1).replace(b"\n", b"\r\n"))
-    prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2")
-    assert (tmp_path / "wikitext-2" / "valid.txt.sha256-mismatch").read_bytes() == wikitext(1).replace(b"\n", b"\r\n")
-    assert (tmp_path / "wikitext-2" / "valid.txt").read_bytes() == wikitext(1)
+    with pytest.raises(SystemExit) as e:
+        prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2")
+    assert_one_line_error(str(e.value.code), "is not WikiText-2's valid.txt as published")
+    assert (tmp_path / "wikitext-2" / "valid.txt").read_bytes() == wikitext(1).replace(b"\n", b"\r\n")
 
 
 def test_wikitext103_from_a_folder_of_local_copies_prepares_offline_what_the_download_prepares(wikitext103_host,
@@ -491,7 +276,8 @@ def test_wikitext103_cannot_give_more_tokens_than_its_train_split_has(wikitext10
 
 
 @pytest.mark.parametrize("args, fragment", [(["--wikitext103", "--wikitext2"], "leave out --wikitext2"),
-                                            (["--train_tokens", "100"], "add --wikitext103"),
+                                            (["--input", "x.txt", "--train_tokens", "100"],
+                                             "size a WikiText-103 dataset"),
                                             (["--wikitext103", "--val_tokens", "0"], "must be at least 1")])
 def test_wikitext103_options_out_of_place_are_one_line_errors(tmp_path, args, fragment):
     with pytest.raises(SystemExit) as e:
@@ -528,7 +314,7 @@ def test_input_split_is_by_article_and_meta_counts_match_bins(tmp_path, tokenize
         assert meta[f"{split}_articles"] == len(articles)
     assert (meta["tokenizer"], meta["vocab_size"], meta["eot_token"], meta["dtype"]) == (
         tokenizer, vocab_size, eot_token, "uint16")
-    assert not [f for f in os.listdir(out) if f.endswith(".tmp")]
+    assert files_in(out) == ["meta.json", "train.bin", "val.bin"]
 
 
 def test_rerun_gives_identical_files_and_seed_chooses_the_val_articles(tmp_path):
@@ -616,15 +402,18 @@ def test_a_name_that_is_no_folder_of_data_is_one_line_error(tmp_path, name):
     assert not (tmp_path / "data").exists()
 
 
-def test_input_is_named_after_its_file_and_preparing_over_a_dataset_says_what_it_replaces(tmp_path, capsys):
+def test_input_is_named_after_its_file_and_ends_with_the_command_that_trains_on_it(tmp_path, capsys):
+    """`--input valid.txt` writes data/valid and says `python train.py --dataset=valid`; a second preparation says
+    it replaces the first."""
     (tmp_path / "valid.txt").write_text(" = T = \n Text one .\n\n = U = \n Text two .\n")
     args = ["--input", str(tmp_path / "valid.txt"), "--tokenizer", "byte", "--min_chars", "0", "--val_fraction",
             "0.5", "--out_dir", str(tmp_path / "data")]
     pw.main(args)
     assert sorted(os.listdir(tmp_path / "data")) == ["valid"]
-    assert "replacing" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "replacing" not in out and out.strip().endswith("train on it: python train.py --dataset=valid")
     pw.main(args)
-    assert f"replacing {tmp_path / 'data' / 'valid'}: byte tokens" in capsys.readouterr().out
+    assert f"replacing the dataset in {tmp_path / 'data' / 'valid'}" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("where, phrase", [("a_file", "lies under a file"), ("a_file/x", "lies under a file")])
@@ -681,7 +470,8 @@ def test_input_folder_skips_subfolders_and_broken_links_named_like_text_files_wi
     (folder / "gone.txt").symlink_to(tmp_path / "nowhere.txt")
     assert [a["title"] for a in pw.read_input([str(folder)])] == ["Alpha"]
     out = capsys.readouterr().out
-    assert f"skipped {folder / 'x.txt'}: a folder" in out and f"skipped {folder / 'gone.txt'}: a link to " in out
+    assert f"skipped {folder / 'x.txt'}: a folder" in out and f"skipped {folder / 'gone.txt'}: a folder or a broken " \
+        "link" in out
     with pytest.raises(SystemExit) as e:
         pw.read_input([str(folder / "gone.txt")])
     assert_one_line_error(str(e.value.code), "--input path not found", "a link to", "which does not exist")
@@ -695,7 +485,7 @@ def test_a_second_prepare_of_the_same_dataset_stops_naming_the_first_and_leaves_
     args = ["--input", str(tmp_path / "t.txt"), "--tokenizer", "byte", "--min_chars", "0", "--name", "same"]
     code = ("import os, runpy, sys\nreal = os.replace\n"
             "def replace(src, dst):\n"
-            "    if src.endswith(f'train.bin.{os.getpid()}.partial'):\n"
+            "    if src.endswith(f'train.bin.new.{os.getpid()}.partial'):\n"
             "        print('written', flush=True)\n        sys.stdin.readline()\n"
             "    real(src, dst)\n"
             f"os.replace = replace\nsys.argv = ['prepare_wikipedia.py', *{args!r}]\n"
@@ -709,7 +499,7 @@ def test_a_second_prepare_of_the_same_dataset_stops_naming_the_first_and_leaves_
         pw.main([*args, "--out_dir", str(tmp_path / "data")])
     assert_one_line_error(str(second.value.code), f"{tmp_path / 'data' / 'same'} is in use by pid {first.pid} "
                           f"(prepare_wikipedia.py --input", "wait for it to finish")
-    assert (tmp_path / "data" / "same" / f"train.bin.{first.pid}.partial").exists()
+    assert (tmp_path / "data" / "same" / f"train.bin.new.{first.pid}.partial").exists()
     out, err = first.communicate("\n", timeout=60)
     assert first.returncode == 0, err
     meta = json.loads((tmp_path / "data" / "same" / "meta.json").read_text())
@@ -763,3 +553,102 @@ def test_a_refused_preparation_leaves_no_empty_dataset_folder(tmp_path):
                  check=False)
     assert_one_line_error(result, "no article of at least --min_chars=500 characters")
     assert sorted(os.listdir(tmp_path)) == ["short.txt"]
+
+
+def test_no_flags_prepare_wikitext103_as_the_write_up_names_it(wikitext103_host, tmp_path, capsys):
+    """What `python prepare_wikipedia.py` prepares is what train.py trains on by default (data/wikitext103, the
+    write-up's token counts); --wikitext103 says the same explicitly."""
+    args = pw.parse_args([])
+    assert args.wikitext103 and (args.train_tokens, args.val_tokens) == (38_276_830, 4_341_780)
+    assert pw.dataset_name(args) == pw.TRAIN_DEFAULT == "wikitext103"
+    implicit = ["--wikitext103_url", wikitext103_host.url, "--min_chars", "0", "--train_tokens", "1000",
+                "--val_tokens", "300", "--name", "wikitext103"]
+    pw.main([*implicit, "--out_dir", str(tmp_path / "implicit")])
+    assert capsys.readouterr().out.strip().endswith("train on it: python train.py")
+    explicit = prepare_wikitext103(wikitext103_host, tmp_path / "explicit", 1000, 300)
+    for f in ("train.bin", "val.bin"):
+        assert (tmp_path / "implicit" / "wikitext103" / f).read_bytes() == (explicit / f).read_bytes()
+
+# -----------------------------------------------------------------------------
+# a preparation is all or nothing: the old dataset stays whole and usable until the new one is
+
+
+def dataset_files(folder):
+    """The dataset's three files, byte for byte; no new file of a preparation left beside them."""
+    assert not [name for name in os.listdir(folder) if name.endswith((".new", ".partial"))], os.listdir(folder)
+    return {name: (folder / name).read_bytes() for name in ("train.bin", "val.bin", "meta.json")}
+
+
+def prepare_text(path, out_dir, *extra):
+    pw.main(["--input", str(path), "--name", "text", "--tokenizer", "byte", "--min_chars", "0", "--val_fraction",
+             "0.5", "--out_dir", str(out_dir), *extra])
+
+
+def usable(root, monkeypatch):
+    """Whether train.py would take root/data/text as whole (its start-up check, data.check_dataset)."""
+    monkeypatch.chdir(root)
+    try:
+        return data.check_dataset("text", 8, None)["tokenizer"] == "byte"
+    except SystemExit:
+        return False
+
+
+def test_a_full_disk_at_the_second_file_keeps_the_old_dataset_whole_and_says_so(small_disk, tmp_path, monkeypatch):
+    disk = small_disk("disk", 1024)
+    (tmp_path / "old.txt").write_text(word_articles(["the", "river"], 8, 30))
+    (tmp_path / "new.txt").write_text(word_articles(["the", "river", "castle", "walls"], 40, 150))
+    prepare_text(tmp_path / "new.txt", tmp_path / "elsewhere")  # the sizes of the new files
+    sizes = {f: os.path.getsize(tmp_path / "elsewhere" / "text" / f) for f in ("train.bin", "val.bin")}
+    assert sizes["val.bin"] > 24_000
+    prepare_text(tmp_path / "old.txt", disk / "data")
+    before = dataset_files(disk / "data" / "text")
+    fill(disk, leave=sizes["train.bin"] + 12_000)  # room for the new train.bin, not for val.bin beside it
+    with pytest.raises(SystemExit) as e:
+        prepare_text(tmp_path / "new.txt", disk / "data")
+    assert_one_line_error(str(e.value.code), "val.bin", "is full", "free some space",
+                          f"{disk / 'data' / 'text'} keeps its old dataset as it was")
+    assert dataset_files(disk / "data" / "text") == before and usable(disk, monkeypatch)
+
+
+def test_an_interruption_between_the_files_keeps_the_old_dataset_whole(tmp_path, monkeypatch, ctrl_c_works):
+    (tmp_path / "old.txt").write_text(word_articles(["the", "river"], 8, 30))
+    (tmp_path / "new.txt").write_text(word_articles(["the", "river", "castle"], 12, 60))
+    prepare_text(tmp_path / "old.txt", tmp_path / "data")
+    before = dataset_files(tmp_path / "data" / "text")
+    real = pw.write_atomic
+
+    def ctrl_c_at_val_bin(path, data, **kwargs):  # the second file, train.bin's written
+        if os.path.basename(path).startswith("val.bin"):
+            raise KeyboardInterrupt
+        real(path, data, **kwargs)
+    monkeypatch.setattr(pw, "write_atomic", ctrl_c_at_val_bin)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_text(tmp_path / "new.txt", tmp_path / "data")
+    assert dataset_files(tmp_path / "data" / "text") == before and usable(tmp_path, monkeypatch)
+
+
+def test_a_kill_between_the_renames_is_refused_by_train_py_and_finished_by_the_next_preparation(tmp_path,
+                                                                                               monkeypatch):
+    """Killed (kill -9) after train.bin is renamed over the old one: train.py refuses the mixed folder, and the next
+    preparation of that name, even one that then fails, first finishes the new dataset, which was whole."""
+    (tmp_path / "old.txt").write_text(word_articles(["the", "river"], 8, 30))
+    (tmp_path / "new.txt").write_text(word_articles(["the", "river", "castle"], 12, 60))
+    prepare_text(tmp_path / "old.txt", tmp_path / "data")
+    prepare_text(tmp_path / "new.txt", tmp_path / "clean")
+    args = ["--input", "new.txt", "--name", "text", "--tokenizer", "byte", "--min_chars", "0", "--val_fraction",
+            "0.5"]
+    code = ("import os, runpy, sys\nreal = os.replace\n"
+            "def replace(src, dst):\n"
+            "    real(src, dst)\n"
+            "    if src.endswith('train.bin.new'):\n"
+            "        os._exit(9)\n"
+            f"os.replace = replace\nsys.argv = ['prepare_wikipedia.py', *{args!r}]\n"
+            f"runpy.run_path({os.path.join(ROOT, 'prepare_wikipedia.py')!r}, run_name='__main__')\n")
+    assert subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=ENV).returncode == 9
+    assert not usable(tmp_path, monkeypatch)  # a mix of two preparations is never taken for a dataset
+    result = run("prepare_wikipedia.py", *args, "--min_chars", "1000000", cwd=tmp_path, check=False)
+    assert_one_line_error(result, "no article of at least --min_chars=1000000")
+    assert "finishing data" in result.stdout
+    finished, clean = dataset_files(tmp_path / "data" / "text"), dataset_files(tmp_path / "clean" / "text")
+    assert {f: finished[f] for f in ("train.bin", "val.bin")} == {f: clean[f] for f in ("train.bin", "val.bin")}
+    assert json.loads(finished["meta.json"])["source"] == "local files: new.txt" and usable(tmp_path, monkeypatch)
