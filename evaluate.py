@@ -41,11 +41,11 @@ import torch
 
 from configurator import add_flag, argument_parser
 from data import find_dataset, generated_task, get_tokenizer, gpt2_encoding, prepare_hint
-from data import read_articles, window_losses, window_starts, without_nul
-from data import split_losses, token_losses  # noqa: F401  (their old home; train.py, tests)
+from data import read_articles, read_meta, window_losses, window_starts, without_nul
 from machinery.hardware import pick_device
 from machinery.process import fail, on_ctrl_c
 from machinery.run_files import check_same_data, load_checkpoint, trained_meta
+from model import ModelConfig, build_model
 
 # -----------------------------------------------------------------------------
 # the figures: loss, perplexity, bits per byte; a generated task's accuracy
@@ -115,7 +115,8 @@ def main(argv=None):
         fail(f"--batch_size={args.batch_size}: use a positive number")
     args.device, dtype = pick_device(args.device, args.dtype)
 
-    checkpoint, model = load_checkpoint(args.out_dir, args.device)
+    checkpoint, model = load_checkpoint(args.out_dir, args.device,
+                                        build=lambda config: build_model(ModelConfig(**config)))
     dataset = checkpoint["train_config"]["dataset"]
     autocast = nullcontext()
     if dtype != "float32":
@@ -125,7 +126,8 @@ def main(argv=None):
     if task is not None:
         return task_accuracy(args, task, dataset, model, autocast)
     data_dir = None if args.input else found
-    meta = trained_meta(checkpoint, os.path.join(args.out_dir, "ckpt.pt"), data_dir)
+    meta = trained_meta(checkpoint, os.path.join(args.out_dir, "ckpt.pt"), data_dir, read_meta,
+                        prepare_hint)
     if args.compile:
         model.hidden_states = torch.compile(model.hidden_states)
 
@@ -147,7 +149,8 @@ def main(argv=None):
                  f"nor in the repository's folder: evaluate where it is, prepare it with {hint}, "
                  f"or give any text with --input=FILE")
         # its text, not only its tokens
-        check_same_data(checkpoint, meta, dataset, training=True, data_dir=data_dir)
+        check_same_data(checkpoint, meta, dataset, training=True, data_dir=data_dir,
+                        hint=prepare_hint)
         source = os.path.join(data_dir, f"{args.split}.bin")
         n_tokens = os.path.getsize(source) / 2 if os.path.isfile(source) else None  # 2 bytes each
         expected = meta.get(f"{args.split}_tokens", n_tokens)

@@ -18,10 +18,11 @@ from contextlib import nullcontext
 import torch
 
 from configurator import add_flag, argument_parser
-from data import find_dataset, generated_task, get_tokenizer
+from data import find_dataset, generated_task, get_tokenizer, prepare_hint, read_meta
 from machinery.hardware import pick_device
 from machinery.process import fail, on_ctrl_c
 from machinery.run_files import load_checkpoint, trained_meta
+from model import ModelConfig, build_model
 
 on_ctrl_c("stopped sampling", lower="--num_samples or --max_new_tokens")
 
@@ -85,7 +86,8 @@ if args.out_dir is None:  # train.py's default folders are out/<dataset>
     args.out_dir = runs[0]
     named = f"sampling {args.out_dir}, the one run here (--out_dir picks another)\n"
 ckpt_path = os.path.join(args.out_dir, "ckpt.pt")
-checkpoint, model = load_checkpoint(args.out_dir, args.device)
+checkpoint, model = load_checkpoint(args.out_dir, args.device,
+                                    build=lambda config: build_model(ModelConfig(**config)))
 dataset = checkpoint["train_config"]["dataset"]
 device_type = args.device.split(":")[0]
 autocast = nullcontext()
@@ -127,7 +129,7 @@ if task is not None:  # a generated task has one right answer: greedy, unless --
         print(task.show(prompt, y[0, x.shape[1]:].tolist()))
     sys.exit(0)
 
-meta = trained_meta(checkpoint, ckpt_path)
+meta = trained_meta(checkpoint, ckpt_path, read_meta=read_meta, hint=prepare_hint)
 unknown = []  # the prompt's tokens outside a compact vocabulary
 encode, decode, n_vocab, eot = get_tokenizer(meta["tokenizer"], meta.get("compact_vocab"), unknown)
 prompt = encode("\n" if start is None else start)

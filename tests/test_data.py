@@ -20,6 +20,7 @@ import torch
 import data
 from machinery import files, run_files
 import prepare_wikipedia as pw
+from model import ModelConfig, build_model
 from conftest import (ROOT, assert_one_line_error, copy_run, killed_write, log, make_wikitext, prepare_wikitext2, run,
                       train)
 
@@ -319,11 +320,16 @@ LOAD_WITH_THE_PROJECT = """
 import torch
 from data import get_tokenizer  # noqa: E402
 from machinery.run_files import load_checkpoint
-checkpoint, model = load_checkpoint("{run}")
+from model import ModelConfig, build_model
+checkpoint, model = load_checkpoint("{run}", build=lambda config: build_model(ModelConfig(**config)))
 meta = checkpoint["dataset_meta"]
 encode, decode, _, _ = get_tokenizer(meta["tokenizer"], meta.get("compact_vocab"))
 print(decode(model.generate(torch.tensor([encode("the castle")]), 8, top_k=1)[0].tolist()))
 """
+
+
+def build(config):
+    return build_model(ModelConfig(**config))
 
 
 def test_the_readme_lines_load_a_model_in_someone_elses_code(workdir, tmp_path):
@@ -333,7 +339,7 @@ def test_the_readme_lines_load_a_model_in_someone_elses_code(workdir, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     code = LOAD_WITH_MODEL_PY_ONLY.format(run=workdir / "out_full")
     alone = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
-    checkpoint, model = run_files.load_checkpoint(str(workdir / "out_full"))
+    checkpoint, model = run_files.load_checkpoint(str(workdir / "out_full"), build=build)
     with torch.no_grad():
         assert json.loads(alone.stdout) == model(torch.tensor([[1, 2, 3]]))[0].flatten().tolist(), alone.stderr
     code = LOAD_WITH_THE_PROJECT.format(run=workdir / "out_full")

@@ -19,8 +19,13 @@ import data
 import evaluate
 import prepare_wikipedia as pw
 from machinery import run_files
+from model import ModelConfig, build_model
 from tasks import reversal
 from conftest import ENV, ROOT, WORDS, assert_interrupted, assert_one_line_error, interrupted_at, run, tiny_model
+
+
+def build(config):
+    return build_model(ModelConfig(**config))
 
 
 def evaluate_in(folder, *args):
@@ -234,8 +239,8 @@ def test_evaluate_a_reversal_checkpoint_gives_the_held_out_accuracy_train_py_log
     monkeypatch.setattr(reversal, "split", lambda: (train_sequences, held_out_sequences))
     trained_on = evaluate_in(reversal_run, "--out_dir=rev", "--split=train", "--device=cpu")
     assert trained_on["sequences"] == sum(map(len, train_sequences.values()))
-    assert trained_on["accuracy"] == reversal.accuracy(run_files.load_checkpoint(str(reversal_run / "rev"))[1],
-                                                       train_sequences, "cpu")
+    model = run_files.load_checkpoint(str(reversal_run / "rev"), build=build)[1]
+    assert trained_on["accuracy"] == reversal.accuracy(model, train_sequences, "cpu")
     (tmp_path / "text.txt").write_text("3 5 4\n")
     with pytest.raises(SystemExit) as exit:
         evaluate_in(reversal_run, "--out_dir=rev", f"--input={tmp_path / 'text.txt'}")
