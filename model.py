@@ -4,13 +4,11 @@ The auto-regressive encoder-decoder transformer, and the decoder-only GPT it is 
 From the write-up "Auto-regressive Encoder-Decoder Transformer" (Yan, 2024) and its earlier draft,
 "Parallel Encoder-Decoder Transformer". Three variants, chosen by `ModelConfig.variant`:
   baseline  decoder-only GPT (nanoGPT-style)
-  encdec    causal encoder stack, then a decoder stack that cross-attends to the encoder output
-            (the write-up)
+  encdec    the write-up's: a causal encoder, then a decoder that cross-attends to its output
   parallel  encoder and decoder blocks side by side in every layer (the earlier draft)
 Read top to bottom: the config, attention and its causal rule, the blocks, the embedding losses,
-then the model: one forward pass per variant (hidden_states), the losses (forward), generation,
-the learning-rate schedule (get_lr). After it, off that path: the KV cache, the details that are
-there for speed only, and the checks of the config's flags.
+the model (one forward pass per variant: hidden_states; the losses: forward; generate), get_lr.
+After it, off that path: the KV cache, the details for speed only, the checks of the flags.
 """
 
 import math
@@ -35,9 +33,8 @@ class ModelConfig:
     rotary: bool = False  # rotary positions (RoPE) in every attention, not a table added to E
     # The encoder-decoders' flags. None: check_flags fills in the default each comment ends with
     # (the write-up's best configuration); for the baseline, embedding_loss none, sub_pos_embed no.
-    # detach: the input of the embedding loss that gets no gradient from it. sub_pos_embed (pos
-    # sub): subtract the next position's embedding before the output layer (yes_ln: then a
-    # LayerNorm); add_pos_embed_to_decoder adds it to the decoder's input.
+    # detach: the input of the embedding loss that gets no gradient from it. sub_pos_embed ("pos
+    # sub"): subtract the next position's embedding before the output layer (yes_ln: a LayerNorm).
     n_encoder_layer: Optional[int] = None  # layers of the encoder; None: n_layer
     n_decoder_layer: Optional[int] = None  # layers of the decoder; None: n_layer
     cross_n_head: Optional[int] = None  # heads of the cross-attention; None: 2 x n_head
@@ -61,8 +58,7 @@ class ModelConfig:
 
 def rotate(x, pos):
     """Rotary positions (RoPE, Su et al. 2021) of queries or keys x (B, nh, T, hs) at pos (T,): a
-    query-key product then depends only on their distance. An odd head size (the write-up's
-    cross-attention: 15) leaves its last column."""
+    query-key product depends only on their distance; an odd head size keeps its last column."""
     d = x.size(-1) // 2 * 2
     # theta_i = 10000^(-2i/d), i = 0 .. d/2 - 1
     theta = 10000.0 ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
@@ -79,9 +75,8 @@ def rotate(x, pos):
 
 
 class Attention(nn.Module):
-    """Causal multi-head attention. Self-attention when `context` is None; otherwise
-    cross-attention, with queries from x and keys / values from `context` (the encoder output, same
-    positions as x)."""
+    """Causal multi-head attention: self-attention, or (cross) queries from x and keys / values from
+    `context`, the encoder output at the same positions."""
 
     def __init__(self, config, n_head, cross=False):
         super().__init__()
@@ -94,8 +89,7 @@ class Attention(nn.Module):
         else:
             self.qkv_proj = nn.Linear(C, 3 * C, bias=config.bias)  # fused q, k, v
         self.out_proj = nn.Linear(C, C, bias=config.bias)
-        # it adds to the residual stream: a smaller init (Transformer.__init__)
-        self.out_proj.residual = True
+        self.out_proj.residual = True  # it adds to the residual stream: a smaller init
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
         self.rotary = config.rotary
@@ -164,8 +158,7 @@ class Block(nn.Module):
 
 
 class DecoderBlock(nn.Module):
-    """Causal self-attention, causal cross-attention to the encoder output, MLP (decoder_order
-    swaps the first two)."""
+    """Self-attention, cross-attention to the encoder output (decoder_order: which first), MLP."""
 
     def __init__(self, config):
         super().__init__()
@@ -177,12 +170,9 @@ class DecoderBlock(nn.Module):
         self.cross_attn = Attention(config, config.cross_n_head, cross=True)
         self.ln_2 = nn.LayerNorm(config.n_embed, bias=config.bias)
         self.mlp = MLP(config)
-        if config.decoder_order == "self_first":
-            self.cross_first = False
-        elif config.decoder_order == "cross_first":
-            self.cross_first = True
-        else:
+        if config.decoder_order not in CHOICES["decoder_order"]:
             raise flag_error(config, "decoder_order")
+        self.cross_first = config.decoder_order == "cross_first"
 
     def forward(self, x, encoder_out, pos, cache=None):
         def self_attend(x):
@@ -212,28 +202,18 @@ class Transformer(nn.Module):
         super().__init__()
         self.config = config
         c = config
-        if c.variant == "baseline":
-            encdec = False
-        elif c.variant in ("encdec", "parallel"):  # the same modules; hidden_states wires them
-            encdec = True
-        else:
-            raise flag_error(c, "variant")
+        for flag in ("variant", "sub_pos_embed"):
+            if getattr(c, flag) not in CHOICES[flag]:
+                raise flag_error(c, flag)
+        encdec = c.variant != "baseline"  # encdec and parallel: the same modules, wired apart
         # one row more for the next tokens' positions 1..T where they are subtracted / added;
         # rotary: a table only then
-        if c.sub_pos_embed == "no":
-            next_pos = bool(c.add_pos_embed_to_decoder)
-        elif c.sub_pos_embed in ("yes", "yes_ln"):
-            next_pos = True
-        else:
-            raise flag_error(c, "sub_pos_embed")
+        next_pos = c.sub_pos_embed != "no" or bool(c.add_pos_embed_to_decoder)
         self.wte = nn.Embedding(c.vocab_size, c.n_embed)
-        if next_pos or not c.rotary:
-            self.wpe = nn.Embedding(c.context_size + next_pos, c.n_embed)
-        else:
-            self.wpe = None
+        self.wpe = (nn.Embedding(c.context_size + next_pos, c.n_embed) if next_pos or not c.rotary
+                    else None)
         self.drop = nn.Dropout(c.dropout)
-        n_enc = c.n_encoder_layer if encdec else c.n_layer
-        # the baseline's layers, or the encoder
+        n_enc = c.n_encoder_layer if encdec else c.n_layer  # the baseline's layers, or the encoder
         self.blocks = nn.ModuleList([Block(c) for _ in range(n_enc)])
         if encdec:
             self.decoder_in = nn.Linear(c.n_embed, c.n_embed, bias=c.bias)
@@ -242,9 +222,8 @@ class Transformer(nn.Module):
         if c.sub_pos_embed == "yes_ln":
             self.ln_sub_pos = nn.LayerNorm(c.n_embed, bias=c.bias)
         if c.embedding_loss in EMBEDDING_LOSSES:
-            # LayerNorm_a and LayerNorm_b are full LayerNorms (weight and bias) whatever `bias`
-            # says: the write-ups' parameter counts include their biases. Only this loss trains
-            # them, and gains of 0 with equal biases make it 0 whatever E is;
+            # LayerNorm_a and _b have biases whatever `bias` says, as the write-ups count them. Only
+            # this loss trains them, and gains of 0 with equal biases make it 0 whatever E is:
             # embedding_ln_affine=False rules that shortcut out.
             affine = c.embedding_ln_affine
             if c.embedding_ln in ("init", "avg_cum_sum"):
@@ -261,15 +240,13 @@ class Transformer(nn.Module):
         # stream (two per layer; n_layer counts an encoder-decoder's layers per side)
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
-                residual = getattr(module, "residual", False)
-                std = 0.02 / math.sqrt(2 * c.n_layer) if residual else 0.02
+                std = 0.02 / math.sqrt(2 * c.n_layer) if hasattr(module, "residual") else 0.02
                 nn.init.normal_(module.weight, mean=0.0, std=std)
                 if getattr(module, "bias", None) is not None:
                     nn.init.zeros_(module.bias)
 
     def num_params(self):
-        """Parameters without the positional embedding (as the write-ups count); the tied output
-        layer counts once."""
+        """Parameters but the position table (as the write-ups count); the tied layer once."""
         positions = self.wpe.weight.numel() if self.wpe is not None else 0
         return sum(p.numel() for p in self.parameters()) - positions
 
@@ -289,7 +266,6 @@ class Transformer(nn.Module):
         next_pos_embed = None
         if c.sub_pos_embed in ("yes", "yes_ln") or c.add_pos_embed_to_decoder:
             next_pos_embed = self.wpe(pos + 1)
-
         if c.variant == "baseline":
             x = E
             for block in self.blocks:
@@ -319,7 +295,6 @@ class Transformer(nn.Module):
                     x = self.decoder_blocks[i - first_paired](x, encoder_out, pos, cache)
         else:
             raise flag_error(c, "variant")
-
         x = self.ln_f(x)
         if c.sub_pos_embed in ("yes", "yes_ln"):
             # subtract the positional embedding of the next token before the output layer
@@ -331,9 +306,8 @@ class Transformer(nn.Module):
         return x, E, encoder_out
 
     def forward(self, idx, targets=None, return_logits=True):
-        """Returns (logits, loss, terms). With targets: loss is what training minimises
-        (cross-entropy in eval mode), terms its detached parts {"ce", "embedding"} for the logs;
-        return_logits=False: the same loss without the (B, T, vocab) logits, which are None.
+        """(logits, loss, terms). With targets: the loss training minimises (cross-entropy in eval
+        mode), its detached terms {"ce", "embedding"} for the logs; return_logits=False: no logits.
         Without targets, only the last position's logits: (B, 1, vocab)."""
         c = self.config
         x, E, encoder_out = self.hidden_states(idx)
@@ -342,23 +316,19 @@ class Transformer(nn.Module):
         if return_logits:
             logits = self.lm_head(x)  # (B, T, vocab)
             # cross-entropy = the mean over targets t (not -1) of -log softmax(logits)[t]
-            ce = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1),
-                                 ignore_index=-1)
-        else:
-            # the same without the float32 logits: less memory, and faster on a CPU (logits_needed,
-            # after the model)
+            ce = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
+        else:  # the same without the float32 logits: less memory, faster on a CPU (logits_needed)
             logits = None
             ce = LinearCrossEntropy.apply(x.flatten(0, 1), self.lm_head.weight, targets.flatten(),
                                           torch.is_grad_enabled())
         loss = ce
-        embedding_loss = None
+        terms = {"ce": ce.detach(), "embedding": None}
         if c.embedding_loss != "none":  # an unknown one fails in embedding_dissimilarity
             embedding_loss = self.embedding_dissimilarity(E, encoder_out).mean()
+            terms["embedding"] = embedding_loss.detach()
             if self.training:
                 # loss = cross-entropy + coeff x embedding loss
                 loss = ce + c.embedding_loss_coeff * embedding_loss
-        terms = {"ce": ce.detach()}
-        terms["embedding"] = None if embedding_loss is None else embedding_loss.detach()
         return logits, loss, terms
 
     def embedding_dissimilarity(self, E, encoder_out):
@@ -377,8 +347,7 @@ class Transformer(nn.Module):
             E = self.ln_embed(E)
         elif c.embedding_ln not in ("none", "avg_cum_sum"):
             raise flag_error(c, "embedding_ln")
-        # E_avg_sum(i) = 1/i * sum_{k<=i} E_ln(k): the cumulative average over T (compiled: see
-        # cumulative_average)
+        # E_avg_sum(i) = 1/i * sum_{k<=i} E_ln(k): the cumulative average over T
         embed_avg = cumulative_average(E)
         if c.embedding_ln == "avg_cum_sum":
             embed_avg = self.ln_embed(embed_avg)
@@ -391,16 +360,14 @@ class Transformer(nn.Module):
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
                  stop_token=None, use_cache=True):
         """Append max_new_tokens tokens to idx (B, T), each drawn from the next token's logits given
-        the last context_size tokens; top_k=1: the most likely; top_p: from the fewest most likely
-        tokens whose probabilities add up to top_p (nucleus sampling). stop_token: a sequence that
-        drew it repeats it, and once all have, generation stops. use_cache: the KV cache (after
-        the model), the same tokens sooner."""
+        the last context_size tokens; top_k=1: the most likely; top_p: nucleus sampling; use_cache:
+        the KV cache (after the model), the same tokens sooner."""
         ctx = self.config.context_size
         # the output layer as (C, vocab): a CPU's matrix-vector product runs ~4x faster so
         lm_head_t = self.lm_head.weight.T.contiguous()
         cache = None
         filled = 0  # positions in the cache
-        done = None  # (B, 1): which sequences drew stop_token
+        done = torch.zeros(idx.size(0), 1, dtype=torch.bool, device=idx.device)  # drew stop_token
         for _ in range(max_new_tokens):
             if use_cache and 0 < filled < ctx:  # the newest token: the cache holds the others'
                 x = self.hidden_states(idx[:, -1:], cache, start=filled)[0]
@@ -427,25 +394,22 @@ class Transformer(nn.Module):
                 idx_next = torch.multinomial(F.softmax(logits, -1), 1)
             # a sequence that drew the stop token repeats it; once all have, stop
             if stop_token is not None:
-                drew = idx_next == stop_token
-                done = drew if done is None else done | drew
+                done |= idx_next == stop_token
                 idx_next = idx_next.masked_fill(done, stop_token)
             idx = torch.cat((idx, idx_next), dim=1)
-            if done is not None and bool(done.all()):
+            if stop_token is not None and done.all():
                 break
         return idx
 
     def keep_attention_weights(self, keep=True):
-        """From the next pass on, every Attention writes attention out and keeps its weights
-        (B, nh, T, L) in .weights: blocks[i].attn (the encoder's or the baseline's),
-        decoder_blocks[i].attn and decoder_blocks[i].cross_attn."""
+        """Every Attention keeps its weights (B, nh, T, L) from the next pass on, in .weights:
+        blocks[i].attn, decoder_blocks[i].attn and decoder_blocks[i].cross_attn."""
         for module in self.modules():
             if isinstance(module, Attention):
                 module.keep_weights = keep
 
     def embedding_norms(self):
-        """The norms of the embedding loss's LayerNorm gains and biases, for the logs: gains of zero
-        with equal biases zero the loss whatever E is."""
+        """The norms of LayerNorm_a's and _b's gains and biases, for the logs (see ln_embed)."""
         norms = {}
         for name in ("ln_embed", "ln_encoder_out"):
             ln = getattr(self, name, None)
@@ -460,14 +424,12 @@ class Transformer(nn.Module):
         c = self.config
         T = T or c.context_size
         n_attention = len(self.blocks) + 2 * len(getattr(self, "decoder_blocks", []))
-        # 6N: 2 per parameter forward (a multiply and an add), 4 backward; N without the position
-        # table, and its few LayerNorm gains and biases counted as if they were matmul weights.
-        # Attention: 12 per width and key (Q K^T and weights x V, forward and backward)
+        # 6N: 2 per parameter forward (multiply, add), 4 backward; N: num_params, LayerNorms' few
+        # counted as matmul weights. Attention: 12 per width and key (Q K^T, weights x V; 3 passes)
         return 6 * self.num_params() + 12 * n_attention * c.n_embed * T
 
     def configure_optimizer(self, weight_decay, learning_rate, betas, device_type):
-        """AdamW; weight decay on matmul weights and embeddings only, not on LayerNorm gains or
-        biases."""
+        """AdamW; weight decay on matmul weights and embeddings, not on LayerNorms' parameters."""
         params = [p for p in self.parameters() if p.requires_grad]
         groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
@@ -494,14 +456,11 @@ def build_model(config):
 # -----------------------------------------------------------------------------
 # The KV cache. Attention is causal, so the keys and values of a position never change: in
 # generation, each step computes only the new token's and takes the earlier ones from the cache, a
-# dict that holds, for each Attention, a (2, B, nh, context_size, hs) buffer of keys and values,
-# allocated once and filled in place (hs padded to a multiple of 8: see causal_attention), and how
-# many positions it holds. Past context_size the window slides, every position shifts, and
-# generate starts a new cache.
+# dict of each Attention's. Past context_size every position shifts: generate starts a new cache.
 
 def cached_keys_values(cache, attention, kv):
-    """Writes the keys / values kv (2, B, nh, T, hs) of T new positions into attention's buffer;
-    returns those of every position so far."""
+    """Writes the keys / values kv (2, B, nh, T, hs) of T new positions into attention's buffer,
+    (2, B, nh, context_size, hs padded to a multiple of 8) filled in place; returns those so far."""
     hs = kv.size(-1)
     if attention not in cache:
         cache[attention] = kv.new_zeros(*kv.shape[:3], attention.context_size, hs + -hs % 8), 0
@@ -516,13 +475,12 @@ def cached_keys_values(cache, attention, kv):
 # For speed only: the same numbers, sooner
 
 def causal_attention(q, k, v, dropout_p):
-    """Causal attention of the queries q (B, nh, T, hs) over the keys / values of the same
-    positions, fused; one query alone (a KV cache's step) sees every key."""
+    """Causal attention, fused; one query alone (a KV cache's step) sees every key."""
     hs = q.size(-1)
     # Fused attention runs up to 1.6x slower on head sizes that are not a multiple of 8 (the
     # write-up's cross-attention: 15); zero columns change no dot product and give zero outputs.
     # Not while compiling: the compiler picks its own kernel.
-    width = k.size(-1) if is_compiling() else k.size(-1) + -k.size(-1) % 8
+    width = k.size(-1) if torch.compiler.is_compiling() else k.size(-1) + -k.size(-1) % 8
     q, k, v = (F.pad(t, (0, width - t.size(-1))) if t.size(-1) < width else t for t in (q, k, v))
     y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=q.size(2) > 1,
                                        scale=1 / math.sqrt(hs))
@@ -530,22 +488,19 @@ def causal_attention(q, k, v, dropout_p):
 
 
 def cumulative_average(E):
-    """E_avg_sum of E (B, T, C): E.cumsum(1) / i at position i. Compiled, as one matmul with the
-    (T, T) causal averaging weights instead: torch 2.11's compiler crashed on CUDA on the cumulative
-    sum fused with the 1/i (InductorError: TypeError: list indices must be integers or slices, not
-    NoneType, in TritonSymbols.get_block_shape)."""
+    """E_avg_sum of E (B, T, C): E.cumsum(1) / i at position i. Compiled, a matmul with the (T, T)
+    causal averaging weights: torch 2.11's compiler crashed on CUDA on the cumulative sum, 1/i."""
     i = torch.arange(1, E.size(1) + 1, device=E.device, dtype=E.dtype)[:, None]  # (T, 1)
     # in E's precision, as the cumulative sum: autocast would round the matmul to 16 bits
-    if is_compiling():
+    if torch.compiler.is_compiling():
         with torch.autocast(E.device.type, enabled=False):
             return (torch.ones(E.size(1), E.size(1), device=E.device, dtype=E.dtype).tril() / i) @ E
     return E.cumsum(dim=1) / i
 
 
 def softmax_chunks(x, weight, targets, rows):
-    """For each `rows` rows of x (N, C) and their targets (N,): the rows' start, exp(logits - m)
-    (rows, vocab) in float32 with m each row's largest logit, its row sums, and each row's
-    cross-entropy. The (N, vocab) logits never exist at once."""
+    """For each `rows` rows of x (N, C): their start, exp(logits - m) (rows, vocab) in float32, m
+    each row's largest logit, its row sums, each row's cross-entropy: never all logits at once."""
     for i in range(0, x.size(0), rows):
         logits = (x[i:i + rows] @ weight.T).float()  # (rows, vocab)
         target_logits = logits.gather(1, targets[i:i + rows, None])[:, 0]
@@ -557,18 +512,14 @@ def softmax_chunks(x, weight, targets, rows):
 
 
 def row_cross_entropy(x, weight, targets, rows=256):
-    """The cross-entropy of each row (N,) of the logits x @ weight.T in float32, for x (N, C) and
-    targets (N,): evaluate.py's, every token of a text once."""
-    return torch.cat([losses for *_, losses in softmax_chunks(x.float(), weight.float(), targets,
-                                                               rows)])
+    """The cross-entropy (N,) of each row of the logits x @ weight.T, x (N, C): evaluate.py's."""
+    chunks = softmax_chunks(x.float(), weight.float(), targets, rows)
+    return torch.cat([losses for *_, losses in chunks])
 
 
 class LinearCrossEntropy(torch.autograd.Function):
-    """F.cross_entropy(x @ weight.T, targets, ignore_index=-1) of x (N, C) in chunks of rows (128 on
-    a CPU, where they stay in its caches, else ~2^28 logits, 1 GiB in float32), so the float32
-    logits never exist at once; the gradients are taken on the way, while the softmax is at hand.
-    In-place operations only on tensors made here, never on views nor into out=: torch.compile
-    traces it whole."""
+    """F.cross_entropy(x @ weight.T, targets, ignore_index=-1) of x (N, C) in chunks of rows (on a
+    CPU 128, in its caches; else 1 GiB of logits), the gradients taken on the way; it compiles."""
 
     @staticmethod
     def forward(ctx, x, weight, targets, grad_enabled):
@@ -578,10 +529,9 @@ class LinearCrossEntropy(torch.autograd.Function):
         C = x.size(1)
         w = weight.to(x.dtype)
         # eager CPU matmuls run ~8% faster on a width that is a multiple of 8
-        if C % 8 and not is_compiling():
+        if C % 8 and not torch.compiler.is_compiling():
             x = F.pad(x, (0, -C % 8))
             w = F.pad(w, (0, -C % 8))
-        # not under no_grad
         need_grad = grad_enabled and (ctx.needs_input_grad[0] or ctx.needs_input_grad[1])
         loss = 0.0
         grad_x = []
@@ -608,19 +558,12 @@ class LinearCrossEntropy(torch.autograd.Function):
 
 def logits_needed(config, device_type, rows=None):
     """Whether training takes its loss from the (B, T, vocab) logits, or (False) from
-    LinearCrossEntropy, which never holds them: on a CPU with a large vocabulary (it pays there:
-    measured, 50257 yes, 256 no), and wherever a micro-batch's rows (B x T) would make float32
-    logits of more than 2^28 numbers (a 50 x 200 batch of GPT-2 tokens: 2 GB, and as much again
-    for their gradient)."""
+    LinearCrossEntropy, which never holds them: on a CPU with a large vocabulary (measured: it pays
+    at 50257, not at 256), and where a micro-batch's rows (B x T) make over 2^28 float32 logits."""
     if device_type == "cpu":
         return config.vocab_size < 8192
     return rows is None or rows * config.vocab_size <= 2 ** 28
 
-
-def is_compiling():
-    """True while torch.compile traces the model: the compiler picks its own kernels, so no
-    padding for them."""
-    return torch.compiler.is_compiling() if hasattr(torch.compiler, "is_compiling") else False
 
 # -----------------------------------------------------------------------------
 # The flags' checks
@@ -645,8 +588,7 @@ EMBEDDING_LOSS_DEFAULTS = dict(embedding_loss_coeff=8.0, embedding_ln="init", en
 
 
 def flag_error(config, flag):
-    """The ValueError of a flag's value that no branch handles: check_flags lets none through, so
-    the model's dispatches raise it only for a config changed after it was checked."""
+    """The ValueError of a value no branch handles (a config changed after check_flags)."""
     allowed = ", ".join(CHOICES[flag])
     return ValueError(f"{flag}={getattr(config, flag)!r} is not allowed: use one of {allowed}")
 
@@ -657,9 +599,10 @@ def check_flags(c):
     def fail(flag, allowed):
         raise ValueError(f"{flag}={getattr(c, flag)!r} is not allowed: {allowed}")
 
-    def choose(flag):
-        if getattr(c, flag) not in CHOICES[flag]:
-            raise flag_error(c, flag)
+    def choose(*flags):
+        for flag in flags:
+            if getattr(c, flag) not in CHOICES[flag]:
+                raise flag_error(c, flag)
 
     def fill(defaults):
         for flag, default in defaults.items():
@@ -684,8 +627,7 @@ def check_flags(c):
         c.sub_pos_embed = "no" if c.sub_pos_embed is None else c.sub_pos_embed
     else:
         fill(ENCODER_DECODER_DEFAULTS)
-    choose("embedding_loss")
-    choose("sub_pos_embed")
+    choose("embedding_loss", "sub_pos_embed")
     if c.embedding_loss == "none":
         losses = ", ".join(EMBEDDING_LOSSES)
         for flag in EMBEDDING_LOSS_DEFAULTS:
@@ -693,8 +635,7 @@ def check_flags(c):
                 fail(flag, f"it applies only with an embedding loss (embedding_loss={losses})")
     else:
         fill(EMBEDDING_LOSS_DEFAULTS)
-        choose("embedding_ln")
-        choose("detach")
+        choose("embedding_ln", "detach")
         if not c.embedding_loss_coeff > 0:
             fail("embedding_loss_coeff", "use a positive number")
     if c.variant != "baseline":

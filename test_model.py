@@ -542,7 +542,7 @@ def test_the_compiled_cumulative_average_is_the_cumulative_sum_over_the_position
     E = torch.randn(2, 7, 5, generator=torch.Generator().manual_seed(0))
     expected = torch.stack([E[:, :i + 1].mean(dim=1) for i in range(7)], dim=1)
     for compiling in (False, True):  # compiled: a matmul with the causal averaging weights, not a cumulative sum
-        monkeypatch.setattr(model, "is_compiling", lambda: compiling)
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
         torch.testing.assert_close(model.cumulative_average(E), expected)
 
 
