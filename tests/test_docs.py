@@ -16,7 +16,7 @@ from model import ModelConfig
 from test_figures import claims, cpu_parameter_counts, logs_of, section, signed, text
 
 WALKTHROUGH, REVERSAL_STUDY = "notebooks/01_walkthrough.ipynb", "notebooks/03_reversal_study.ipynb"
-README_MAX_CHARS = 19_749  # its length when the walk-through took over every explanation longer than a sentence or two
+README_MAX_CHARS = 14_000  # a stranger's page: the details behind one link, in lab/README.md and lab/results.md
 
 
 def flat(prose):
@@ -142,10 +142,35 @@ def test_the_collapse_is_quoted_over_every_seed_and_shows_the_mechanism_the_text
     shows = source(WALKTHROUGH, "efdb013d")
     for quoted in (f"falls from 0.8 to between {min(learnable):.1e} and {max(learnable):.1e} in 800",
                    f"from a norm of 8 to between {min(gain_b):.3f} and {max(gain_b):.3f}",
-                   f"keeps a gain of norm {span(gain_a, '.2f')}",
+                   f"from a norm of 8 to between {min(gain_a):.2f} and {max(gain_a):.2f} (about a tenth)",
                    f"a root mean square of {span(size, '.3f')}", f"stays near {losses[False, 0]:.2f}"):
         assert quoted in shows, quoted
     assert spread[0] == from_b[0] and f"(both {spread[0]:.3f} on seed 0)" in shows
+
+
+def test_the_collapse_says_in_the_walkthroughs_numbers_how_the_embeddings_move():
+    """LayerNorm_a's gain shrinks to about a tenth; the embeddings do the rest: their normalised form leaves the
+    channels where gain_a is large, and its mean makes up the gap between the biases. Each figure, from the cell that
+    prints it."""
+    rows = [tuple(map(float, row)) for row in re.findall(
+        r"seed (\d+): gain_a's norm 8 -> ([\d.]+); normalised E puts (\d+)% of its square in the half of the channels "
+        r"where gain_a is largest at step 0, (\d+)% trained; gain_a \* normalised E, root mean square: ([\d.]+) with "
+        r"step 0's E, ([\d.]+) with the trained E; its mean plus bias_a lies ([\d.]+) from bias_b \(bias_a alone "
+        r"([\d.]+)\); LayerNorm_a\(E\) from bias_b: ([\d.]+) with step 0's E, ([\d.]+) trained",
+        printed(WALKTHROUGH, "collapse-how-code"))]
+    assert len(rows) == 3
+    _, gain_a, share0, share1, part0, part1, mean_gap, bias_gap, from_b0, from_b1 = zip(*rows)
+    assert all(g < 8 / 5 for g in gain_a)  # shrunk, not kept
+    assert all(s1 < s0 for s0, s1 in zip(share0, share1)) and all(p1 < p0 for p0, p1 in zip(part0, part1))
+    assert all(m < b for m, b in zip(mean_gap, bias_gap)) and all(f1 < f0 for f0, f1 in zip(from_b0, from_b1))
+    shows = source(WALKTHROUGH, "efdb013d")
+    for quoted in (f"holds {span(share0, '.0f')}% of its square at step 0, {span(share1, '.0f')}% once trained",
+                   f"shrinks from a root mean square of {min(part0):.3f}-{max(part0):.3f} to {min(part1):.3f}-"
+                   f"{max(part1):.3f}",
+                   f"it lies {span(mean_gap, '.3f')} from bias_b, where bias_a alone is {span(bias_gap, '.3f')} away",
+                   f"on step 0's embeddings would put out vectors {min(from_b0):.3f}-{max(from_b0):.3f} from bias_b; "
+                   f"on the trained embeddings, {min(from_b1):.3f}-{max(from_b1):.3f}"):
+        assert quoted in shows, quoted
 
 
 def test_the_copy_shares_are_quoted_and_the_self_attention_points_at_the_digit_as_much_or_more():
@@ -316,3 +341,51 @@ def test_the_walkthrough_writes_no_file_unless_asked_to_redraw_the_readmes_pictu
         plt.close(fig)
         assert (tmp_path / str(asked) / "picture.png").exists() == asked
     assert 'DRAW_README_FIGURES = os.environ.get("DRAW_README_FIGURES") == "1"' in setup
+
+
+# -----------------------------------------------------------------------------
+# the README as a stranger reads it
+
+
+def test_the_readmes_findings_take_at_most_ten_lines_and_keep_the_verdict_words():
+    """The details (intervals, Holm, late val) are lab/results.md's summary; the README says what they mean."""
+    found = section("README.md", "## What the experiments found").splitlines()[1:]
+    assert len([line for line in found if line.strip()]) <= 10
+    words = flat("\n".join(found))
+    assert "not detected" in words and "Holm" not in words and "[" not in words  # no interval, no test's name
+    assert "(README.md) gives the history" in flat(section("lab/results.md", "## In short: what the experiments found"))
+
+
+def test_the_readme_runs_the_walkthrough_headless_and_nothing_rewrites_the_tracked_notebook():
+    command = "jupyter nbconvert --to notebook --execute notebooks/01_walkthrough.ipynb --output-dir /tmp"
+    assert command in readme()
+    last = source(WALKTHROUGH, "bc333c03")
+    assert "--output-dir /tmp" in last and "notebooks/01_walkthrough.ipynb" in last
+    for name in ("README.md", "lab/README.md", WALKTHROUGH, "notebooks/02_loss_curves.ipynb", REVERSAL_STUDY):
+        assert "--inplace" not in text(name), name
+
+
+def test_the_write_ups_final_embedding_loss_is_quoted_alike_everywhere():
+    """The write-up's MSE runs end at an embedding loss of 4.1e-9 and 4.7e-9: "4e-9" wherever it is quoted."""
+    quoted = re.findall(r"\b\d(?:\.\d+)?e-0?9\b", text("lab/results.md") + text("notebooks/02_loss_curves.ipynb"))
+    assert quoted and set(quoted) == {"4e-9"}, quoted
+
+
+def test_the_write_ups_best_is_said_to_weight_its_embedding_loss_as_its_config_does():
+    coeff = read_config(os.path.join(ROOT, "config/paper_encdec_mse_pos_sub.py"))["embedding_loss_coeff"]
+    cpu = read_config(os.path.join(ROOT, "config/cpu_encdec_mse_pos_sub.py"))["embedding_loss_coeff"]
+    assert coeff == cpu == ModelConfig(variant="encdec").embedding_loss_coeff == 8
+    summary = flat(section("lab/results.md", "## In short: what the experiments found"))
+    assert f"whose embedding loss the write-up weighted {coeff:g}, here weighted 1" in summary
+    assert f"added to the cross-entropy with weight {coeff:g}" in readme()
+
+
+def test_the_readme_says_sampling_needs_only_the_runs_folder_and_checks_a_meta_json_there():
+    """As machinery/run_files.trained_meta does (tests/test_sample.py runs it both ways)."""
+    assert "need only the run's folder: the checkpoint carries its tokenizer" in readme()
+    assert "`data/<dataset>/meta.json` under the working folder is checked against it" in readme()
+
+
+def test_mfu_is_defined_where_the_readme_first_uses_it():
+    first = readme().index("MFU")
+    assert readme()[first:].startswith("MFU** (model FLOPs utilisation: ")

@@ -36,6 +36,11 @@ def section(name, title):
     return t[start:] if end < 0 else t[start:end]
 
 
+def summary():
+    """lab/results.md's summary of what the experiments found, which the README's ten lines shorten."""
+    return section("lab/results.md", "## In short: what the experiments found")
+
+
 def signed(value, decimals=3):
     """A difference as the prose writes it: +0.060, −0.038 (a minus sign, not a hyphen)."""
     return ("+" if value >= 0 else "−") + f"{abs(value):.{decimals}f}"
@@ -72,10 +77,11 @@ def model_from(settings):
 # parameter counts
 
 
-def test_the_write_ups_parameters_go_where_the_readme_says():
-    """The README's table: each layer, the layers, the tied embedding and the totals of config/paper_*.py's baseline and
-    best encoder-decoder, the formulas per layer, and the position tables the counts leave out."""
-    idea = section("README.md", "## The idea")
+def test_the_write_ups_parameters_go_where_reproduce_md_says():
+    """docs/reproduce.md's table: each layer, the layers, the tied embedding and the totals of config/paper_*.py's
+    baseline and best encoder-decoder, the formulas per layer, and the position tables the counts leave out; the
+    README's idea gives the two totals."""
+    idea = section("docs/reproduce.md", "## Where the parameters go")
     baseline = model_from(read_config(os.path.join(ROOT, "config/paper_baseline.py")))
     encdec = model_from(read_config(os.path.join(ROOT, "config/paper_encdec_mse_pos_sub.py")))
     count = lambda module: sum(p.numel() for p in module.parameters())
@@ -92,6 +98,9 @@ def test_the_write_ups_parameters_go_where_the_readme_says():
               baseline.wpe.weight.numel(), encdec.wpe.weight.numel()):
         assert f"{n:,}" in idea, n
     assert (baseline.num_params(), encdec.num_params()) == (16_036_800, 15_763_500)  # the write-up's own counts
+    readme_idea = section("README.md", "## The idea").replace("\n", " ")
+    assert (f"13 + 13 layers {c} wide ({encdec.num_params():,} parameters), is matched to a 26-layer baseline {C} wide "
+            f"({baseline.num_params():,})") in readme_idea
     assert f"{baseline.wpe.num_embeddings} x {C} = {baseline.wpe.weight.numel():,}" in idea
     assert f"{encdec.wpe.num_embeddings} x {c} = {encdec.wpe.weight.numel():,}" in idea
     assert sum(p.numel() for p in baseline.parameters()) == baseline.num_params() + baseline.wpe.weight.numel()
@@ -108,7 +117,8 @@ def cpu_parameter_counts():
 def test_the_readme_gives_the_range_of_the_cpu_models_parameters():
     counts = cpu_parameter_counts().values()
     quoted = f"models of {min(counts) / 1e6:.2f}M to {max(counts) / 1e6:.2f}M parameters"
-    assert quoted in section("README.md", "## What the experiments found").replace("\n", " "), quoted
+    for prose in (section("README.md", "## What the experiments found"), summary()):
+        assert quoted in prose.replace("\n", " "), quoted
 
 
 def test_results_md_counts_the_bare_encoder_decoder_apart_from_the_mse_variants():
@@ -119,7 +129,7 @@ def test_results_md_counts_the_bare_encoder_decoder_apart_from_the_mse_variants(
         text("lab/results.md").replace("\n  ", " ")
 
 
-def test_the_readme_gives_each_suites_training_tokens_per_parameter():
+def test_the_summary_gives_each_suites_training_tokens_per_parameter():
     """Training tokens (the regime table of lab/results.md, which --summary prints where the data is prepared) over
     the baseline's parameters, computed from its model."""
     row = next(line for line in text("lab/results.md").splitlines() if line.startswith("| training tokens |"))
@@ -131,7 +141,7 @@ def test_the_readme_gives_each_suites_training_tokens_per_parameter():
     gpt2 = [per_parameter[suite] for suite in ("gpt2", "gpt2_long", "gpt2_heldout")]
     quoted = (f"{min(gpt2):.2f}-{max(gpt2):.2f} training tokens per parameter in the GPT-2-token suites, "
               f"{per_parameter['byte']:.2f} in the byte suite; the write-up's: {write_up:.1f}")
-    assert quoted in section("README.md", "## What the experiments found").replace("\n  ", " "), quoted
+    assert quoted in summary().replace("\n  ", " "), quoted
     ratios = [write_up] + list(per_parameter.values())  # and the regime table's own row
     row = "| training tokens per parameter | " + " | ".join(f"{r:.2f}" for r in ratios) + " |"
     assert row in text("lab/results.md"), row
@@ -164,8 +174,8 @@ def test_a_quoted_interval_is_the_logs_rounded_once(name, suite, a, b, figure, w
     assert quoted in prose.replace("\n  ", " ").replace("\n", " "), quoted
 
 
-def test_the_readme_gives_the_late_val_gain_the_control_and_their_difference_with_holms_intervals():
-    found = section("README.md", "## What the experiments found").replace("\n  ", " ")
+def test_the_summary_gives_the_late_val_gain_the_control_and_their_difference_with_holms_intervals():
+    found = summary().replace("\n  ", " ")
     c = claims("gpt2_heldout")
     bare, control = c[("encdec_none", "baseline", "late_val")], c[("baseline_slow", "baseline", "late_val")]
     apart = c[("encdec_none", "baseline_slow", "late_val")]
@@ -203,7 +213,7 @@ def test_the_rotary_lead_at_matched_train_loss_is_quoted_over_every_level():
     for prose in (results, notebook_prose().replace("\n  ", " ")):
         assert f"the difference ranges from {signed(min(means))} to {signed(max(means))}" in prose
     assert f"shrinks to between {signed(min(means))} and {signed(max(means))}" in \
-        section("README.md", "## What the experiments found").replace("\n  ", " ")
+        summary().replace("\n  ", " ")
     excluding = [(level, p) for level, (_, p) in zip(levels, figures) if p["ci"][0] > 0 or p["ci"][1] < 0]
     quoted = " and ".join(f"{signed(p['mean'])} {interval(p['ci'])} at {level}" for level, p in excluding)
     assert len(excluding) == 2 and f"{quoted}, the two levels of ten" in results, quoted
@@ -268,8 +278,8 @@ def test_lab_readme_names_the_commits_that_fixed_each_suites_claims_in_the_order
     assert f"`{seed0[-1]}`" in readme and f"`{later[0]}`" in readme and f"`{heldout[-1][0]}`" in readme
 
 
-def test_the_readme_says_where_the_long_runs_turn_and_how_much_slower_the_control_learns():
-    found = section("README.md", "## What the experiments found").replace("\n  ", " ")
+def test_the_summary_says_where_the_long_runs_turn_and_how_much_slower_the_control_learns():
+    found = summary().replace("\n  ", " ")
     steps = [study.run_figures(log)["best_iter"] for runs in logs_of("gpt2_long").values() for log in runs.values()]
     assert f"From between steps {min(steps):,} and {max(steps):,} on, every model overfits" in found
     rate = lambda run: read_config(os.path.join(ROOT, study.config_file("gpt2_heldout", run)))["learning_rate"]
