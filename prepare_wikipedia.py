@@ -8,15 +8,12 @@ val.bin (np.uint16 token ids) and meta.json (what they hold). The tokenizers are
     python prepare_wikipedia.py --wikitext2 --tokenizer=byte  # -> data/wikitext2_valid_byte/
     python prepare_wikipedia.py --wikitext2 --tokenizer=byte --input PATH/valid.txt  # offline
     python prepare_wikipedia.py --input my_texts/ --name=mine  # .txt files, folders, .jsonl
-
-Downloads resume where they were cut; they and your copies are checked against pinned checksums.
 """
 import hashlib
 import json
 import os
 import re
 import sys
-import time
 
 import numpy as np
 import requests
@@ -29,18 +26,17 @@ from machinery.files import claim_folder, hold_folder, release_folder, write_ato
 from machinery.process import fail, on_ctrl_c
 
 TRAIN_DEFAULT = "wikitext103"  # train.py's default --dataset, what no flags prepare
-# the write-up's token files (uint16: 76,553,660 and 8,683,560 bytes)
-WRITE_UP_TOKENS = {"train": 38_276_830, "val": 4_341_780}
+WRITE_UP_TOKENS = {"train": 38_276_830, "val": 4_341_780}  # the write-up's train.bin and val.bin
 DATASET_FILES = ("train.bin", "val.bin", "meta.json")  # in the order written, and renamed
 
 # -----------------------------------------------------------------------------
 # the core: articles -> a train/val split -> token ids -> train.bin, val.bin, meta.json
 
 
-def prepare(articles, out, args, source, marked):
-    """Writes the dataset of `articles` ({"title", "text"}; "val": True for val where `marked`;
-    WikiText-103's with their token "ids") into the folder out; returns its meta.json."""
+def prepare(articles, out, args, source):
+    """Writes the dataset of `articles` ({"title", "text"}, "val" if marked, "ids") into out."""
     encode, _, vocab_size, eot_token = get_tokenizer(args.tokenizer)
+    marked = any("val" in a for a in articles)  # else a random share of them goes to val
     articles = without_nul(articles)
     num_found = len(articles)
     articles = [a for a in articles if len(a["text"]) >= args.min_chars]
@@ -49,19 +45,15 @@ def prepare(articles, out, args, source, marked):
              f"({num_found} found); give more text or lower --min_chars")
     # split by whole articles, so that no article has text in both train and val
     is_val = np.array([a.get("val", False) for a in articles])
-    if marked and (is_val.all() or not is_val.any()):
-        fail(f"{'no train' if is_val.all() else 'no val'} article of at least "
-             f"--min_chars={args.min_chars} characters; give more text or lower --min_chars")
-    num_val = max(1, round(len(articles) * args.val_fraction)) if args.val_fraction > 0 else 0
-    if not marked and num_val >= len(articles):
-        fail(f"{len(articles)} article(s) are too few to split with --val_fraction="
-             f"{args.val_fraction}; give more text or use --val_fraction 0")
-    if not marked:  # a random val_fraction of them
+    if not marked:  # val_fraction of them, at least one
+        num_val = max(1, round(len(articles) * args.val_fraction)) if args.val_fraction > 0 else 0
         is_val[np.random.default_rng(args.seed).permutation(len(articles))[:num_val]] = True
-    # each article's token ids, then the end-of-text token
-    assert vocab_size <= 2 ** 16, "token ids must fit in uint16"
+    if is_val.all() or (marked and not is_val.any()):
+        fail(f"{len(articles)} article(s) of at least --min_chars={args.min_chars} characters "
+             f"leave no {'train' if is_val.all() else 'val'} article; give more text or lower "
+             f"--min_chars or --val_fraction")
     splits = {"train": [], "val": []}
-    for i, article in enumerate(articles):
+    for i, article in enumerate(articles):  # its token ids, then the end-of-text token
         ids = article.get("ids")  # WikiText-103's come tokenized
         if ids is None:
             ids = np.array(encode(article["text"]) + [eot_token], dtype=np.uint16)
@@ -83,8 +75,7 @@ def prepare(articles, out, args, source, marked):
         ids = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.uint16)
         files[f"{split}.bin"] = ids.tobytes()
         meta[f"{split}_tokens"], meta[f"{split}_articles"] = len(ids), len(arrays)
-        # train.py tells files of two preparations apart
-        meta[f"{split}_token_sum"] = int(ids.sum(dtype=np.uint64))
+        meta[f"{split}_token_sum"] = int(ids.sum(dtype=np.uint64))  # tells preparations apart
     meta.update(source=source, min_chars=args.min_chars,
                 skipped_short_articles=num_found - len(articles),
                 val_fraction=None if marked else args.val_fraction, seed=args.seed)
@@ -94,26 +85,19 @@ def prepare(articles, out, args, source, marked):
 
 
 def write_dataset(out, files):
-    """All or nothing: the files are written whole as <name>.new beside the old dataset, which stays
-    usable, then renamed over it; a full disk or a stop before that leaves it as it was."""
-    kept = f"; {out} keeps its old dataset as it was" * os.path.exists(os.path.join(out, "meta.json"))
-    if kept:
-        print(f"replacing the dataset in {out} once the new one is whole")
+    """All or nothing: written whole as <name>.new beside the old dataset, then renamed over it."""
+    kept = os.path.exists(os.path.join(out, "meta.json")) * f"; {out} keeps its old dataset"
     try:
         for name in DATASET_FILES:
             write_atomic(os.path.join(out, name + ".new"), files[name], on_error=lambda path, e,
                          size: fail(f"could not write {path}: {write_error(path, e, size)}{kept}"))
-    except BaseException:  # also Ctrl-C: the new files go, the old ones are untouched
+    finally:  # after a full disk or Ctrl-C too: the new files are then removed
         finish_writing(out)
-        raise
-    finish_writing(out)
 
 
 def finish_writing(out):
-    """Renames the <name>.new files over the old ones, meta.json last. While meta.json.new (written
-    last) is there, the new dataset is whole: a kill between two renames is finished by the next
-    preparation (train.py refuses the folder meanwhile, its files disagreeing with meta.json). New
-    files without it, of a preparation stopped while writing them, are removed."""
+    """Renames the <name>.new files over the old ones, meta.json last, if meta.json.new (written
+    last) says they are whole, else removes them: the next preparation ends one killed midway."""
     whole = os.path.exists(os.path.join(out, "meta.json.new"))
     for name in DATASET_FILES:
         new = os.path.join(out, name + ".new")
@@ -121,29 +105,23 @@ def finish_writing(out):
             os.replace(new, os.path.join(out, name))
         elif os.path.exists(new):
             os.remove(new)
-            print(f"removed {new}, of a preparation stopped before its files were whole")
 
 # -----------------------------------------------------------------------------
-# where the articles come from: local files, WikiText-2, WikiText-103
+# where the articles come from (local files, WikiText-2, WikiText-103), and the command line
 
 
 def read_input(paths):
     """The articles of local .txt files (split at WikiText titles), folders of them, or .jsonl."""
     articles = []
     for path in paths:
-        if not os.path.exists(path):
-            link = os.path.islink(path) and f" (a link to {os.readlink(path)}, which does not exist)"
-            fail(f"--input path not found: {path}{link or ''}")
+        if not os.path.exists(path):  # a broken link too
+            fail(f"--input path not found: {path}")
         files = [path]
-        if os.path.isdir(path):
+        if os.path.isdir(path):  # its .txt files, less folders and broken links of such names
             files = [os.path.join(path, f) for f in sorted(os.listdir(path))
-                     if f.lower().endswith(".txt")]
-            for file in [file for file in files if not os.path.isfile(file)]:
-                print(f"note: skipped {file}: a folder or a broken link, no text file")
-                files.remove(file)
+                     if f.lower().endswith(".txt") and os.path.isfile(os.path.join(path, f))]
             if not files:
-                fail(f"no .txt files in folder {path}; "
-                     f"give .txt files, a folder of them, or an articles .jsonl")
+                fail(f"no .txt files in folder {path}; give .txt files, or .jsonl of articles")
         for file in files:
             articles += read_articles(file)
     return articles
@@ -170,10 +148,9 @@ WIKITEXT103_FILES = {
     "train-00001-of-00002.parquet":
         "ba090ac30dbf5461e8dcbdd1a1b8e6f3cf9c2c756d64f0c1220450acd514f720",
 }
-# a request that fails (no connection, HTTP 429 or 5xx) is tried again after 0, 2, 4, 8, 16 s or
-# what the server's Retry-After asks; a host that cannot be reached at all, twice
+# a failed request (no connection, HTTP 429, 5xx) is tried again after 0, 2, 4, 8, 16 s, or what
+# the server's Retry-After asks; a host that cannot be reached at all, twice
 RETRY = Retry(total=5, connect=2, backoff_factor=1, status_forcelist=(429, 500, 502, 503, 504))
-TIMEOUT = (10, 60)  # seconds: to connect, and for each read
 CHUNK = 1 << 20  # bytes written at a time: a cut download goes on after its last whole chunk
 
 
@@ -181,21 +158,18 @@ def file_checksum(path, kind):
     """The hex digest of the file at path: its sha256, or (kind git-blob) its git blob id."""
     h = hashlib.sha256() if kind == "sha256" else hashlib.sha1(b"blob %d\0" % os.path.getsize(path))
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
+        h.update(f.read())
     return h.hexdigest()
 
 
 def checked_file(args, what, name, kind, checksum, url, url_flag):
-    """<out_dir>/<what>/name, downloaded where absent, or (--input) your copy in the folder given,
-    or beside the file given; checked against its checksum either way."""
+    """<out_dir>/<what>/name, downloaded where absent, or your copy in --input's folder; checked."""
     folder = os.path.join(args.out_dir, what.lower())
     if args.input:
         folder = args.input[0] if os.path.isdir(args.input[0]) else os.path.dirname(args.input[0])
     path = os.path.join(folder, name)
     if not os.path.exists(path) and args.input:
-        fail(f"--input gives no copy of {what}'s {name}: {folder or '.'} holds none; give a folder "
-             f"holding the files under their published names")
+        fail(f"--input gives no copy of {what}'s {name}: give a folder holding it under that name")
     if not os.path.exists(path):
         os.makedirs(folder, exist_ok=True)
         hold_folder(folder, "--out_dir")  # one download at a time into it: .part files are shared
@@ -205,35 +179,32 @@ def checked_file(args, what, name, kind, checksum, url, url_flag):
                  f"give a folder holding it with --input PATH")
     elif file_checksum(path, kind) != checksum:  # never deleted: it may be your own text
         fail(f"{path} is not {what}'s {name} as published (its {kind} differs: another revision, "
-             f"an edited copy, or Windows line endings?); give it as published, or move it away" +
-             (f", or prepare your text under a name of its own: --input {path} --name=NAME"
-              if args.input else " to download it"))
+             f"an edited copy, Windows line endings?); move it away, or prepare it as your own "
+             f"text: --input {path} --name=NAME")
     return path
 
 
 def download(url, path, kind, checksum, url_flag, offline):
-    """url into path through path.part: a cut download goes on where it stopped (an HTTP Range
-    request), and path appears, by rename, only once its checksum matches."""
+    """url into path via path.part, resumed where cut; path appears once its checksum matches."""
     part = path + ".part"
     session = requests.Session()
-    session.mount("http://", HTTPAdapter(max_retries=RETRY))
-    session.mount("https://", HTTPAdapter(max_retries=RETRY))
+    for scheme in ("http://", "https://"):
+        session.mount(scheme, HTTPAdapter(max_retries=RETRY))
     session.headers["Accept-Encoding"] = "identity"  # the file's own bytes, for byte ranges
     while True:
         have = os.path.getsize(part) if os.path.exists(part) else 0
         try:
             with session.get(url, headers={"Range": f"bytes={have}-"} if have else {}, stream=True,
-                             timeout=TIMEOUT) as r:
+                             timeout=(10, 60)) as r:  # seconds: to connect, per read
                 if r.status_code == 416:  # no byte after `have`: the part is whole
                     break
                 r.raise_for_status()
                 resumed = r.status_code == 206  # else the server sends it all again
-                size = have * resumed + int(r.headers.get("Content-Length", 0))
                 print(f"downloading {url}" + f" from byte {have:,}" * resumed, flush=True)
                 with open(part, "ab" if resumed else "wb") as f:
                     for chunk in r.iter_content(CHUNK):
                         f.write(chunk)
-                        print(f"\r  {f.tell() / 1e6:,.1f} of {size / 1e6:,.1f} MB", end="")
+                        print(f"\r  {f.tell() / 1e6:,.1f} MB", end="")
             print()
             break
         except requests.HTTPError as e:
@@ -253,17 +224,16 @@ def download(url, path, kind, checksum, url_flag, offline):
 
 
 def wikitext2_files(args, split):
-    """The checked files of a WikiText-2 split (valid, train, test) or of all three."""
+    """The checked files of a WikiText-2 split (valid, train, test, all), read as --input's."""
     splits = WIKITEXT2_FILES if split == "all" else [split]
     return [checked_file(args, "WikiText-2", *WIKITEXT2_FILES[s], args.wikitext2_url,
                          "--wikitext2_url") for s in splits]
 
 
 def wikitext103_articles(paths, tokens, seed, min_chars, encode, eot_token):
-    """Whole articles of the Parquet files in a random order (seed): val until val holds
-    tokens['val'] tokens, then train until train holds tokens['train']; each with its "ids"."""
+    """Whole articles in a random order (seed), with their "ids": val, then train, until each
+    holds its tokens[split]."""
     import pyarrow.parquet as pq  # only here: the one reader of Parquet files (requirements.txt)
-    print(f"reading {len(paths)} Parquet file(s)", flush=True)
     # a row is a line of the split's text, with its newline: joined, they are the text file
     text = "".join(line for path in paths
                    for line in pq.read_table(path, columns=["text"])["text"].to_pylist())
@@ -277,63 +247,47 @@ def wikitext103_articles(paths, tokens, seed, min_chars, encode, eot_token):
         chosen.append(dict(articles[i], ids=ids, val=split == "val"))
         counts[split] += len(ids)
         if len(chosen) % 500 == 0 or counts["train"] >= tokens["train"]:
-            print(f"\rtokenized {len(chosen):,} of {len(articles):,} articles: "
-                  f"val {counts['val']:,}, train {counts['train']:,} tokens", end="", flush=True)
+            print(f"\rtokenized {len(chosen):,} articles: {counts}", end="", flush=True)
     if counts["train"] < tokens["train"]:
         fail(f"WikiText-103's train split has {sum(counts.values()):,} tokens in articles of at "
-             f"least --min_chars={min_chars} characters, fewer than the "
-             f"{tokens['val'] + tokens['train']:,} asked for; lower --train_tokens or --val_tokens")
+             f"least --min_chars={min_chars} characters; lower --train_tokens or --val_tokens")
     return chosen
-
-# -----------------------------------------------------------------------------
-# the command line
 
 
 def parse_args(argv):
     """The command line's flags, checked against each other."""
     parser = argument_parser(__doc__, "python prepare_wikipedia.py")
     add = parser.add_argument
-    add_flag(parser, "--wikitext103", "WikiText-103, as no flag gives it: download its train "
-             "split into <out_dir>/wikitext-103/ (or check your copies given with --input)")
+    add_flag(parser, "--wikitext103", "WikiText-103's train split, as no flag gives it")
     add("--train_tokens", type=int, default=WRITE_UP_TOKENS["train"], help="WikiText-103's train")
     add("--val_tokens", type=int, default=WRITE_UP_TOKENS["val"], help="WikiText-103's val")
     add("--wikitext103_url", default=WIKITEXT103_URL, help="where its files are")
     add("--wikitext2", nargs="?", const="valid", choices=[*WIKITEXT2_FILES, "all"],
-        help="WikiText-2's valid (default), train or test text, or all three, downloaded into "
-             "<out_dir>/wikitext-2/, prepared as --input would")
+        help="WikiText-2's valid (default), train or test text, or all three")
     add("--wikitext2_val", choices=list(WIKITEXT2_FILES), help="with --wikitext2: val.bin's split")
     add("--wikitext2_url", default=WIKITEXT2_URL, help="where its files are")
-    add("--input", nargs="+", metavar="PATH", help="local .txt files, folders of them, or .jsonl "
-        "of articles; with --wikitext2 or --wikitext103: the folder of your copies of their files")
+    add("--input", nargs="+", metavar="PATH", help=".txt files, folders of them, .jsonl of "
+        "articles; with --wikitext2 or --wikitext103: the folder of your copies of their files")
     add("--val_input", nargs="+", metavar="PATH", help="local text for val.bin alone")
     add("--tokenizer", default="gpt2", help="gpt2 (GPT-2 BPE) or byte (UTF-8)")
-    add_flag(parser, "--compact_vocab",
-             "renumber the token ids that occur (plus end-of-text) densely: a smaller output layer")
+    add_flag(parser, "--compact_vocab", "number the GPT-2 tokens that occur densely")
     add("--val_fraction", type=float, default=0.05, help="fraction of articles for val.bin")
     add("--min_chars", type=int, default=500, help="skip articles shorter than this")
     add("--seed", type=int, default=1337, help="seed of the train/val split")
     add("--out_dir", default="data", help="the folder of datasets and downloads")
-    add("--name", help="dataset folder name (default: wikitext103[_<train>-<val>][_byte], "
-        "wikitext2_<split>_<tokenizer> or the --input file's, + c with --compact_vocab)")
+    add("--name", help="dataset folder name (default: what it holds, or the --input file's)")
     args = parser.parse_args(argv)
-    if args.wikitext2_val and not args.wikitext2:
-        fail("--wikitext2_val names the val split of a --wikitext2 dataset; "
-             "add --wikitext2=valid (or train)")
-    if args.val_input and (not (args.input or args.wikitext2) or args.wikitext2_val):
-        fail("--val_input gives the val text of an --input or --wikitext2 dataset "
-             "(not with --wikitext2_val)")
+    if (args.wikitext2_val and not args.wikitext2) or (args.val_input and (
+            args.wikitext2_val or not (args.input or args.wikitext2))):
+        fail("--wikitext2_val or --val_input (one) gives the val text of a --wikitext2 or --input "
+             "dataset; add --wikitext2=valid or --input PATH")
     if args.wikitext103 and (args.wikitext2 or args.val_input):
         fail("--wikitext103 is a dataset of its own; leave out --wikitext2 and --val_input")
     args.wikitext103 = args.wikitext103 or not (args.input or args.wikitext2)
     args.sized = {"train": args.train_tokens, "val": args.val_tokens} != WRITE_UP_TOKENS
     if args.sized and not args.wikitext103:
-        fail("--train_tokens and --val_tokens size a WikiText-103 dataset; leave out --input and "
-             "--wikitext2 (or add --wikitext103: --input then gives your copies of its files)")
-    if args.train_tokens < 1 or args.val_tokens < 1:
-        fail(f"--train_tokens and --val_tokens must be at least 1, "
-             f"got {args.train_tokens} and {args.val_tokens}")
-    if not 0 <= args.val_fraction < 1:
-        fail(f"--val_fraction must be in [0, 1), got {args.val_fraction}")
+        fail("--train_tokens and --val_tokens size a WikiText-103 dataset; leave out --input "
+             "and --wikitext2, or add --wikitext103 (and --input gives its files)")
     if not 0 <= args.seed < 2 ** 63:
         fail(f"--seed must be an integer from 0 to 2**63 - 1, got {args.seed}")
     return args
@@ -354,12 +308,8 @@ def dataset_name(args):
         fail(f"--name={name} is not a folder name; use letters, digits, '_', '-' and '.', "
              f"e.g. --name=mytext")
     if generated_task(name.lower()):
-        fail(f"--name={name} is reserved: train.py --dataset={name.lower()} trains its generated "
-             f"task (tasks/{name.lower()}.py), not data/{name}; choose another --name, e.g. "
-             f"--name={name}_text")
-    if name.lower() in ("wikitext-2", "wikitext-103"):  # also where file names ignore case
-        fail(f"--name={name} is reserved: it is the folder of the downloaded files; choose "
-             f"another --name, e.g. --name={name}_text")
+        fail(f"--name={name} is reserved: --dataset={name.lower()} is the task of tasks/"
+             f"{name.lower()}.py, not data/{name}; choose another --name, e.g. --name={name}_text")
     return name
 
 
@@ -370,46 +320,31 @@ def main(argv=None):
         fail("--compact_vocab renumbers GPT-2 token ids; use it with --tokenizer gpt2")
     name = dataset_name(args)
     out = os.path.join(args.out_dir, name)
-    # held, not while a run trains on it, nor while another preparation writes there
     claim_folder(out, " ".join(["prepare_wikipedia.py", *(sys.argv[1:] if argv is None else argv)]),
-                 held_as="--name")
-    if os.path.exists(os.path.join(out, "meta.json.new")):
-        print(f"finishing {out}, whose preparation was stopped while it renamed its files")
-    finish_writing(out)
-    t0 = time.time()
-    inputs, val_inputs = args.input, args.val_input
+                 held_as="--name")  # not while a run trains on it, nor another prepare writes
+    finish_writing(out)  # of a preparation killed while it renamed its files
     if args.wikitext103:
-        if not args.input:
-            print("WikiText-103's train split: 314 MB to download unless already there (a minute "
-                  "at 10 MB/s)", flush=True)
-        paths = [checked_file(args, "WikiText-103", name, "sha256", checksum, args.wikitext103_url,
-                              "--wikitext103_url") for name, checksum in WIKITEXT103_FILES.items()]
+        paths = [checked_file(args, "WikiText-103", file, "sha256", checksum, args.wikitext103_url,
+                              "--wikitext103_url") for file, checksum in WIKITEXT103_FILES.items()]
         tokens = {"train": args.train_tokens, "val": args.val_tokens}
         articles = wikitext103_articles(paths, tokens, args.seed, args.min_chars, encode, eot_token)
-        source = (f"WikiText-103 (raw) train split, {args.wikitext103_url}: whole articles in a "
-                  f"random order (seed {args.seed}), val until {args.val_tokens:,} tokens, then "
-                  f"train until {args.train_tokens:,}")
+        source = f"WikiText-103 (raw) train split, {args.wikitext103_url}, seed {args.seed}"
     else:
-        if args.wikitext2:  # from here on as --input (and --val_input) with its files
-            inputs = wikitext2_files(args, args.wikitext2)
-            if args.wikitext2_val:
-                val_inputs = wikitext2_files(args, args.wikitext2_val)
+        inputs = wikitext2_files(args, args.wikitext2) if args.wikitext2 else args.input
+        val_inputs = (wikitext2_files(args, args.wikitext2_val) if args.wikitext2_val
+                      else args.val_input)
         articles = read_input(inputs)
         source = "local files: " + " ".join(inputs)
         if val_inputs:  # val.bin from these alone
             articles += [dict(a, val=True) for a in read_input(val_inputs)]
             source += "; val.bin from " + " ".join(val_inputs)
-    meta = prepare(articles, out, args, source, marked=bool(args.wikitext103 or val_inputs))
-    vocab = f"{meta['vocab_size']:,}{' compacted' * args.compact_vocab}"
+    meta = prepare(articles, out, args, source)
     command = "python train.py" + f" --dataset={name}" * (name != TRAIN_DEFAULT)
-    print(f"wrote {out}: train {meta['train_tokens']:,} tokens ({meta['train_articles']} "
-          f"articles), val {meta['val_tokens']:,} tokens ({meta['val_articles']} articles), "
-          f"{args.tokenizer} tokenizer (vocab {vocab}), {time.time() - t0:.1f}s; "
-          f"train on it: {command}")
+    print(f"wrote {out}: train {meta['train_tokens']:,} and val {meta['val_tokens']:,} "
+          f"{args.tokenizer} tokens (vocab {meta['vocab_size']:,}); train on it: {command}")
     release_folder(out)  # done: a run may train on it now, even from this process's caller
 
 
 if __name__ == "__main__":
-    on_ctrl_c("a dataset already there stays as it was until the new one is whole, and a cut "
-              "download resumes: run the same command again")
+    on_ctrl_c("a dataset there stays whole, a download resumes: run the same command again")
     main()

@@ -100,7 +100,8 @@ def test_wikitext2_val_makes_val_bin_of_that_split_alone_as_val_input_does(wikit
 
 @pytest.mark.parametrize("args, fragment", [
     (["--wikitext2_val=test"], "add --wikitext2=valid"),
-    (["--val_input", "x.txt"], "--val_input gives the val text"),
+    (["--val_input", "x.txt"], "--val_input (one) gives the val text"),
+    (["--wikitext2", "--wikitext2_val=test", "--val_input", "x.txt"], "--val_input (one) gives the val text"),
 ])
 def test_val_split_options_without_their_dataset_are_one_line_errors(tmp_path, args, fragment):
     assert_one_line_error(run("prepare_wikipedia.py", *args, cwd=tmp_path, check=False), fragment)
@@ -201,11 +202,11 @@ def prepare_wikitext103(host, tmp_path, train_tokens, val_tokens, *extra):
 def test_wikitext103_takes_whole_articles_until_each_split_holds_the_tokens_asked_for(wikitext103_host, tmp_path,
                                                                                       capsys):
     """Val, then train, each the fewest whole articles (in the seed's order) that reach its count, every one whole as
-    in the joined text (the shards' boundary cuts one); size and time are announced before the download."""
+    in the joined text (the shards' boundary cuts one)."""
     out = prepare_wikitext103(wikitext103_host, tmp_path, 2500, 600)
     printed = capsys.readouterr().out
-    assert printed.index("314 MB to download") < printed.index("downloading")
-    assert "tokenized" in printed and "val 6" in printed
+    assert printed.index("downloading") < printed.index("tokenized")
+    assert "tokenized" in printed and "'val': 6" in printed
     meta = json.load(open(out / "meta.json"))
     _, decode, _, eot = data.get_tokenizer("gpt2")
     source = {a["text"] for a in data.split_wikitext("".join(wikitext103_host.lines), "x")}
@@ -272,13 +273,12 @@ def test_wikitext103_from_a_folder_of_local_copies_prepares_offline_what_the_dow
 def test_wikitext103_cannot_give_more_tokens_than_its_train_split_has(wikitext103_host, tmp_path):
     with pytest.raises(SystemExit) as e:
         prepare_wikitext103(wikitext103_host, tmp_path, 10 ** 7, 600)
-    assert_one_line_error(str(e.value.code), "fewer than the 10,000,600 asked for", "lower --train_tokens")
+    assert_one_line_error(str(e.value.code), "WikiText-103's train split has 3,365 tokens", "lower --train_tokens")
 
 
 @pytest.mark.parametrize("args, fragment", [(["--wikitext103", "--wikitext2"], "leave out --wikitext2"),
                                             (["--input", "x.txt", "--train_tokens", "100"],
-                                             "size a WikiText-103 dataset"),
-                                            (["--wikitext103", "--val_tokens", "0"], "must be at least 1")])
+                                             "size a WikiText-103 dataset")])
 def test_wikitext103_options_out_of_place_are_one_line_errors(tmp_path, args, fragment):
     with pytest.raises(SystemExit) as e:
         pw.main([*args, "--out_dir", str(tmp_path)])
@@ -403,17 +403,16 @@ def test_a_name_that_is_no_folder_of_data_is_one_line_error(tmp_path, name):
 
 
 def test_input_is_named_after_its_file_and_ends_with_the_command_that_trains_on_it(tmp_path, capsys):
-    """`--input valid.txt` writes data/valid and says `python train.py --dataset=valid`; a second preparation says
-    it replaces the first."""
+    """`--input valid.txt` writes data/valid and says `python train.py --dataset=valid`, as again in place of the
+    first."""
     (tmp_path / "valid.txt").write_text(" = T = \n Text one .\n\n = U = \n Text two .\n")
     args = ["--input", str(tmp_path / "valid.txt"), "--tokenizer", "byte", "--min_chars", "0", "--val_fraction",
             "0.5", "--out_dir", str(tmp_path / "data")]
     pw.main(args)
     assert sorted(os.listdir(tmp_path / "data")) == ["valid"]
-    out = capsys.readouterr().out
-    assert "replacing" not in out and out.strip().endswith("train on it: python train.py --dataset=valid")
+    assert capsys.readouterr().out.strip().endswith("train on it: python train.py --dataset=valid")
     pw.main(args)
-    assert f"replacing the dataset in {tmp_path / 'data' / 'valid'}" in capsys.readouterr().out
+    assert capsys.readouterr().out.strip().endswith("train on it: python train.py --dataset=valid")
 
 
 @pytest.mark.parametrize("where, phrase", [("a_file", "lies under a file"), ("a_file/x", "lies under a file")])
@@ -449,11 +448,10 @@ def test_windows_and_old_mac_line_endings_give_the_same_dataset(tmp_path):
         assert ord("\r") not in np.frombuffer(lf, np.uint16)
 
 
-@pytest.mark.parametrize("args", [["--name=reversal"], ["--name=Reversal"], ["--name=wikitext-2"],
-                                  ["--name=wikitext-103"], []])
+@pytest.mark.parametrize("args", [["--name=reversal"], ["--name=Reversal"], []])
 def test_a_name_the_scripts_treat_specially_is_refused(tmp_path, args):
-    """data/reversal would never be read (--dataset=reversal is the generated task of tasks/reversal.py), and
-    data/wikitext-2 and wikitext-103 hold the downloads; also when the name comes from the file's."""
+    """data/reversal would never be read (--dataset=reversal is the generated task of tasks/reversal.py); also when
+    the name comes from the file's."""
     (tmp_path / "reversal.txt").write_text(" = T = \n Text .\n")
     with pytest.raises(SystemExit) as e:
         pw.main(["--input", str(tmp_path / "reversal.txt"), *args, "--tokenizer", "byte", "--min_chars", "0",
@@ -462,19 +460,16 @@ def test_a_name_the_scripts_treat_specially_is_refused(tmp_path, args):
     assert not (tmp_path / "data").exists()
 
 
-def test_input_folder_skips_subfolders_and_broken_links_named_like_text_files_with_a_note(tmp_path, capsys):
+def test_input_folder_skips_subfolders_and_broken_links_named_like_text_files(tmp_path):
     folder = tmp_path / "texts"
     folder.mkdir()
-    (folder / "a.txt").write_text(" = Alpha = \n First .\n")
+    (folder / "a.TXT").write_text(" = Alpha = \n First .\n")  # a suffix read without regard to case
     (folder / "x.txt").mkdir()
     (folder / "gone.txt").symlink_to(tmp_path / "nowhere.txt")
     assert [a["title"] for a in pw.read_input([str(folder)])] == ["Alpha"]
-    out = capsys.readouterr().out
-    assert f"skipped {folder / 'x.txt'}: a folder" in out and f"skipped {folder / 'gone.txt'}: a folder or a broken " \
-        "link" in out
     with pytest.raises(SystemExit) as e:
         pw.read_input([str(folder / "gone.txt")])
-    assert_one_line_error(str(e.value.code), "--input path not found", "a link to", "which does not exist")
+    assert_one_line_error(str(e.value.code), "--input path not found", str(folder / "gone.txt"))
 
 
 def test_a_second_prepare_of_the_same_dataset_stops_naming_the_first_and_leaves_its_files_alone(tmp_path):
@@ -606,7 +601,7 @@ def test_a_full_disk_at_the_second_file_keeps_the_old_dataset_whole_and_says_so(
     with pytest.raises(SystemExit) as e:
         prepare_text(tmp_path / "new.txt", disk / "data")
     assert_one_line_error(str(e.value.code), "val.bin", "is full", "free some space",
-                          f"{disk / 'data' / 'text'} keeps its old dataset as it was")
+                          f"{disk / 'data' / 'text'} keeps its old dataset")
     assert dataset_files(disk / "data" / "text") == before and usable(disk, monkeypatch)
 
 
@@ -648,7 +643,6 @@ def test_a_kill_between_the_renames_is_refused_by_train_py_and_finished_by_the_n
     assert not usable(tmp_path, monkeypatch)  # a mix of two preparations is never taken for a dataset
     result = run("prepare_wikipedia.py", *args, "--min_chars", "1000000", cwd=tmp_path, check=False)
     assert_one_line_error(result, "no article of at least --min_chars=1000000")
-    assert "finishing data" in result.stdout
     finished, clean = dataset_files(tmp_path / "data" / "text"), dataset_files(tmp_path / "clean" / "text")
     assert {f: finished[f] for f in ("train.bin", "val.bin")} == {f: clean[f] for f in ("train.bin", "val.bin")}
     assert json.loads(finished["meta.json"])["source"] == "local files: new.txt" and usable(tmp_path, monkeypatch)
