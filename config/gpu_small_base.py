@@ -1,8 +1,8 @@
 # The GPT-2-token study at a size a laptop GPU or a T4 (Colab's free GPU) makes sense for: minutes
 # per run, not hours. The write-up's data (WikiText-103, GPT-2 tokens), each run under one pass over
 # it, as the write-up trains. Prepare the data once (a 314 MB download):
-#   python prepare_wikipedia.py --wikitext103
-# (offline, from a folder holding your copy of its two Parquet files: add --input=PATH/).
+#   python prepare_wikipedia.py
+# (offline, from a folder of your copies of its two Parquet files: add --wikitext103 --input=PATH/).
 # Each model's file states its FLOPs per run (model.flops_per_token x tokens, checked by the tests):
 # the time on any device is that over its sustained FLOP/s; e.g. 1e15 FLOPs at 10 TFLOP/s (a T4 in
 # float16 at ~15% of its peak) is 100 s, at the ~50 GFLOP/s of a 2-core x86 CPU about 5.5 hours. On

@@ -5,7 +5,7 @@
 # in four larger launches (a step's sequences do not depend on the split; the memory of 200
 # sequences is unmeasured yet; on a smaller GPU, or 8 processes: --batch_size=100
 # --gradient_accumulation_steps=8, or 50 and 16).
-dataset = "wikitext103"  # prepare_wikipedia.py --wikitext103: the write-up's token counts
+dataset = "wikitext103"  # `python prepare_wikipedia.py`: the write-up's token counts
 batch_size = 200
 gradient_accumulation_steps = 4
 max_iters = 9000
