@@ -402,7 +402,7 @@ def start_log(out_dir, checkpoint):
         elif record["iter"] <= iter_num:
             foreign.append(record)
     set_aside(path, f"{path}.aside", foreign, failed, "set aside", "",
-              " its checkpoint does not carry (another run's, or written twice)")
+              " its checkpoint does not carry", ": another run's, or written twice")
     if later or torn or foreign or missing:
         write_atomic(path, "".join(json.dumps(r) + "\n" for r in carried).encode(), failed)
     if missing:
@@ -411,7 +411,7 @@ def start_log(out_dir, checkpoint):
               f"them")
 
 
-def set_aside(path, aside, records, on_error, did, which, why=""):
+def set_aside(path, aside, records, on_error, did, which, what="", why=""):
     """Add records to the file aside (kept, never lost), and say so in one line."""
     if not records:
         return
@@ -420,8 +420,8 @@ def set_aside(path, aside, records, on_error, did, which, why=""):
     new = "".join(line for line in lines if line not in before)
     write_atomic(aside, (before + new).encode(), on_error)
     s = "s" * (len(records) > 1)
-    print(f"{path}: {did} {len(records)} {which}record{s}{why} (iteration{s} "
-          f"{', '.join(str(r['iter']) for r in records)}) in {aside}")
+    print(f"{path}: {did} {len(records)} {which}record{s}{what} (iteration{s} "
+          f"{', '.join(str(r['iter']) for r in records)}) in {aside}{why}")
 
 
 # -----------------------------------------------------------------------------

@@ -356,10 +356,10 @@ def fake_wandb(tmp_path):
         "class UsageError(Exception):\n    pass\n"
         "class Config:\n    def update(self, settings, allow_val_change=False):\n        record('config', settings)\n"
         "class Run:\n    def __init__(self, id):\n        self.id, self.config = id, Config()\n"
+        "    def log(self, values, step):\n        record('log', step)\n"
         "def init(**kwargs):\n"
         "    if os.environ.get('FAKE_WANDB_ERROR'):\n        raise UsageError(os.environ['FAKE_WANDB_ERROR'])\n"
-        "    record('init', kwargs)\n    return Run(kwargs.get('id') or 'run-%d' % os.getpid())\n"
-        "def log(values, step):\n    record('log', step)\n")
+        "    record('init', kwargs)\n    return Run(kwargs.get('id') or 'run-%d' % os.getpid())\n")
     calls_path = tmp_path / "wandb_calls.jsonl"
     env = {"PYTHONPATH": f"{package.parent}{os.pathsep}{ROOT}", "FAKE_WANDB_CALLS": str(calls_path)}
     return env, lambda: [json.loads(line) for line in open(calls_path)] if calls_path.exists() else []
@@ -569,6 +569,8 @@ def test_a_second_process_in_the_same_out_dir_is_refused_saying_who_holds_it_unt
             break
     second = train(workdir, "out_held", "--max_iters=2", "--overwrite=True", check=False)
     assert_one_line_error(second, "out_held is in use by pid", str(first.pid), "wait for it")
+    # its checkpoint is there, but the first thing to say is that the folder is in use
+    assert_one_line_error(train(workdir, "out_held", "--max_iters=2", check=False), "out_held is in use by pid")
     resumed = train(workdir, "out_held", "--init_from=resume", "--max_iters=2", check=False)
     assert_one_line_error(resumed, "out_held is in use by pid")
     first.kill()  # kill -9: the lock goes with the process
@@ -788,15 +790,6 @@ def test_a_resume_that_evaluates_other_sequences_says_so(workdir, tmp_path, sett
             f"sequences from here on") in result.stdout
 
 
-def test_an_estimate_far_off_is_timed_again_once_the_run_has_started(workdir):
-    hook = "import machinery.hardware\nmachinery.hardware.forward_seconds = lambda *args: 1e-7"  # a 100x too quick
-    result = run_with_hook(hook, *TINY, "--out_dir=out_retimed", "--max_iters=6", cwd=workdir)
-    assert result.returncode == 0, result.stderr
-    assert "estimated: 0 ms per iteration" in result.stdout
-    [line] = [line for line in result.stdout.splitlines() if line.startswith("re-estimated:")]
-    assert "per iteration" in line and "(timed on its first iterations; the estimate was 0 ms)" in line
-
-
 @pytest.mark.skipif(os.cpu_count() < 2, reason="one core: a single thread is all torch takes anyway")
 def test_on_a_busy_cpu_a_run_takes_one_thread_a_core_that_is_free_and_logs_the_same_losses(workdir):
     hook = "os.getloadavg = lambda: (8.0, 8.0, 8.0)  # a CPU kept busy by other programs"
@@ -836,3 +829,111 @@ def test_ddp_with_a_process_killed_ends_with_one_line_saying_where_the_checkpoin
     assert "the last checkpoint is out/ckpt.pt (iteration 2)" in lines[0], result.stderr
     assert 'train.py", line' not in result.stderr, result.stderr
     assert torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)["iter_num"] == 2
+
+# -----------------------------------------------------------------------------
+# a resume leaves the log its checkpoint carries, restores what it can, and says what changed
+
+
+def test_a_resume_sets_aside_the_log_records_its_checkpoint_does_not_carry_and_says_so(workdir, tmp_path):
+    """A record of another run at iteration 5 and a record written twice: after the resume the log holds exactly the
+    checkpoint's records and the new ones; the others are kept beside it, said in one line."""
+    out = copy_run(workdir, tmp_path)  # its checkpoint is at iteration 6
+    lines = (out / "log.jsonl").read_text().splitlines(keepends=True)
+    foreign = json.dumps({"iter": 5, "train_loss": 99.0, "val_loss": 99.0}) + "\n"
+    (out / "log.jsonl").write_text("".join(lines[:2]) + foreign + lines[1] + "".join(lines[2:]))
+    result = train(tmp_path, "out", "--init_from=resume", "--max_iters=8")
+    assert (f"out{os.sep}log.jsonl: set aside 2 records its checkpoint does not carry (iterations 5, 2) in "
+            f"out{os.sep}log.jsonl.aside: another run's, or written twice") in result.stdout
+    assert (out / "log.jsonl.aside").read_text() == foreign + lines[1]
+    assert (out / "log.jsonl").read_text().startswith("".join(lines))
+    assert [r["iter"] for r in log(tmp_path, "out")] == [0, 2, 4, 6, 8]
+
+
+@pytest.mark.parametrize("missing", [["optimizer"], ["rng"], ["optimizer", "rng"]], ids="+".join)
+def test_a_checkpoint_without_the_optimizer_or_random_state_resumes_saying_what_it_could_not_restore(workdir, tmp_path,
+                                                                                                    missing):
+    out = copy_run(workdir, tmp_path)
+    checkpoint = torch.load(out / "ckpt.pt", weights_only=True)
+    for key in missing:
+        del checkpoint[key]
+    torch.save(checkpoint, out / "ckpt.pt")
+    result = train(tmp_path, "out", "--init_from=resume", "--max_iters=8")
+    [note] = [line for line in result.stdout.splitlines() if line.startswith("note: the checkpoint has no")]
+    assert ("optimizer's moments" in note) == ("optimizer" in missing)
+    assert ("random state" in note) == ("rng" in missing)
+    assert [r["iter"] for r in log(tmp_path, "out")] == [0, 2, 4, 6, 8]
+
+
+def test_a_resume_that_changes_the_steps_micro_batches_says_so(workdir, tmp_path):
+    copy_run(workdir, tmp_path)
+    result = train(tmp_path, "out", "--init_from=resume", "--max_iters=8", "--gradient_accumulation_steps=4")
+    assert ("note: resuming with gradient_accumulation_steps=4, not the checkpoint's gradient_accumulation_steps=2: "
+            "its steps are of other sequences from here on") in result.stdout
+
+
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_a_stop_during_an_evaluation_ends_it_at_once_saves_the_step_and_the_resume_evaluates_it(workdir, stop):
+    """The stop comes at the first batch of the evaluation of iteration 2: no batch is evaluated after it, the
+    checkpoint is of iteration 2 (its trained weights, without an evaluation), and the resume logs the unbroken run's
+    losses, that evaluation included."""
+    out = f"out_eval_stop_{stop}"
+    hook = ("import data\nget = data.Batches.eval\nevaluations = []\n"
+            "def eval_then_stop(self, split, k):\n"
+            "    if evaluations and evaluations[-1] == 'stopped':\n"
+            "        print('a batch after the stop', flush=True)\n"
+            "    if split == 'train' and k == 0:\n        evaluations.append(1)\n"
+            "        if len(evaluations) == 2:\n            evaluations.append('stopped')\n"
+            f"            os.kill(os.getpid(), signal.{stop})\n"
+            "    return get(self, split, k)\n"
+            "data.Batches.eval = eval_then_stop")
+    result = run_with_hook(hook, *TINY, f"--out_dir={out}", "--max_iters=6", cwd=workdir)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    assert "a batch after the stop" not in result.stdout
+    assert f"{stop}: ending the evaluation of iteration 2 now, then saving a checkpoint" in result.stdout
+    assert result.stderr.strip() == (f"interrupted at iteration 2: the last checkpoint is {out}/ckpt.pt (iteration 2); "
+                                     f"continue with `python train.py --out_dir={out} --init_from=resume`")
+    assert torch.load(workdir / out / "ckpt.pt", weights_only=True)["iter_num"] == 2
+    assert [r["iter"] for r in log(workdir, out)] == [0]
+    train(workdir, out, "--init_from=resume")
+    assert losses(log(workdir, out)) == losses(log(workdir, "out_full"))
+
+
+@pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                    reason="torch.distributed with the gloo backend is not available in this torch build")
+def test_ddp_with_rank_0_killed_the_other_rank_names_the_checkpoint_on_disk(workdir, tmp_path):
+    (tmp_path / "wrapper.py").write_text(
+        "import os, runpy, signal, sys, torch\n"
+        "if os.environ['RANK'] == '0':\n"
+        "    clip = torch.nn.utils.clip_grad_norm_\n    calls = []\n"
+        "    def clip_then_die(*args, **kwargs):\n        calls.append(1)\n"
+        "        if len(calls) == 3:\n            os.kill(os.getpid(), signal.SIGKILL)\n"
+        "        return clip(*args, **kwargs)\n"
+        "    torch.nn.utils.clip_grad_norm_ = clip_then_die\n"
+        f"runpy.run_path({os.path.join(ROOT, 'train.py')!r}, run_name='__main__')\n")
+    shutil.copytree(workdir / "data" / "tiny", tmp_path / "data" / "tiny")
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             str(tmp_path / "wrapper.py"), *TINY, "--out_dir=out", "--max_iters=100"],
+                            cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    lines = [re.sub(r"^\[rank\d\]: ", "", line) for line in result.stderr.splitlines()]
+    lines = [line for line in lines if line.startswith(("error", "interrupted"))]
+    assert len(lines) == 1 and "no checkpoint was saved yet" not in lines[0], result.stderr
+    assert "the last checkpoint is out/ckpt.pt (iteration 2)" in lines[0], result.stderr
+    assert torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)["iter_num"] == 2
+
+# -----------------------------------------------------------------------------
+# the command of the model's card, in a fresh clone
+
+
+def test_the_cards_command_without_its_data_says_what_the_run_is_and_how_to_prepare_it_before_writing_anything(
+        tmp_path):
+    result = run("train.py", "--variant=encdec", "--embedding_loss=mse", cwd=tmp_path, check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    message = result.stderr
+    assert message.startswith("error: data/wikitext103 is not prepared. This run trains the encdec model")
+    assert re.search(r"\([\d.]+M parameters\) on 1\.44B tokens of WikiText-103 \(9,000 steps\); on this machine "
+                     r"\(cpu\) it would take about [\d.]+ (h|days)", message), message
+    assert "python prepare_wikipedia.py\n" in message
+    assert "python train.py config/cpu_encdec_mse_pos_sub.py" in message
+    assert "python prepare_wikipedia.py --wikitext2=valid --tokenizer=byte" in message
+    assert os.listdir(tmp_path) == []  # nothing downloaded or written
