@@ -301,7 +301,7 @@ while True:
 
     if iter_num % log_interval == 0:  # the only place the loop waits for the device
         run_files.check_finite(loss.item(), iter_num, out_dir)  # all processes stop, or none
-    speed = master and meter.progress(iter_num, last=iter_num % log_interval == 0)
+    speed = master and meter.progress(iter_num, due=iter_num % log_interval == 0)
     if speed:
         embedding = ""
         if terms["embedding"] is not None:

@@ -1,7 +1,6 @@
 """
-The device and its clock: which device and precision a script runs in (pick_device), how many CPU
-threads (pick_threads), a model compiled and checked before a run trusts it, and the timing behind
-train.py's ETA and MFU (Meter).
+The device and its clock: the device, precision and CPU threads a script runs in (pick_device), a
+model compiled and checked before a run trusts it, and train.py's ETA and MFU (Meter).
 """
 import math
 import os
@@ -16,49 +15,43 @@ from machinery.process import compile_failure, fail, machine_error
 
 
 def pick_device(device, dtype="float32", resumed_from=None):
-    """pick_device_here, and on a CPU the threads (pick_threads); resumed_from: the checkpoint whose
-    device and dtype these are, named in the error where this machine has not got them."""
-    try:
-        device, dtype = pick_device_here(device, dtype)
-    except SystemExit as e:
-        if resumed_from is None:
-            raise
-        fail(f"{resumed_from} ran with device={device!r}, dtype={dtype!r}; here "
-             f"{str(e.code).removeprefix('error: ')}")
-    pick_threads(device)
-    return device, dtype
-
-
-def pick_device_here(device, dtype="float32"):
-    """The device and precision every script runs in, checked in this one place. device: auto (cuda,
-    then mps, then cpu), cpu, cuda, cuda:N or mps; dtype: auto (bfloat16 on a GPU that has it,
-    float16 on an older one, float32 elsewhere), float32, bfloat16 or float16. Returns (device,
-    dtype); one line `error: ...` where impossible."""
+    """The device and precision every script runs in, checked in this one place, and on a CPU the
+    threads. device: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps; dtype: auto
+    (bfloat16 on a GPU that has it, float16 on an older one, float32 elsewhere), float32, bfloat16
+    or float16. resumed_from: the checkpoint whose device and dtype these are, named in the error
+    where this machine has not got them. Returns (device, dtype); one line where impossible."""
     has_mps = torch.backends.mps.is_available()
+    cuda = torch.cuda.is_available()
+    where = ""  # a resume names the checkpoint that ran with them
+    if resumed_from:
+        where = f"{resumed_from} ran with device={device!r}, dtype={dtype!r}; here "
     if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device):
         fail(f"device={device!r} is not allowed; use --device=cpu, cuda, cuda:N, mps or auto")
     if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "mps" if has_mps else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        fail(f"device={device!r} but CUDA is not available here; use --device=auto or --device=cpu")
+        device = "cuda" if cuda else "mps" if has_mps else "cpu"
+    if device.startswith("cuda") and not cuda:
+        fail(f"{where}device={device!r} but CUDA is not available here; use --device=auto or "
+             f"--device=cpu")
     if device.startswith("cuda") and int(device[5:] or 0) >= torch.cuda.device_count():
-        fail(f"device={device!r} but there are only {torch.cuda.device_count()} CUDA devices; "
-             f"use --device=cuda:0")
+        fail(f"{where}device={device!r} but there are only {torch.cuda.device_count()} CUDA "
+             f"devices; use --device=cuda:0")
     if device == "mps" and not has_mps:
-        fail("device='mps' but MPS (the GPU of Apple silicon) is not available here; "
-             "use --device=auto or --device=cpu")
+        fail(f"{where}device='mps' but MPS (the GPU of Apple silicon) is not available here; use "
+             f"--device=auto or --device=cpu")
     if dtype not in ("auto", "float32", "bfloat16", "float16"):
         fail(f"dtype={dtype!r} is not allowed; use --dtype=auto, float32, bfloat16 or float16")
     # not torch.cuda.is_bf16_supported(): it counts the slow emulated bf16 of a T4 or V100
-    if dtype == "auto" and not device.startswith("cuda"):
-        dtype = "float32"
     if dtype == "auto":
-        dtype = "bfloat16" if torch.cuda.get_device_capability(device)[0] >= 8 else "float16"
+        dtype = "float32"
+        if device.startswith("cuda"):
+            dtype = "bfloat16" if torch.cuda.get_device_capability(device)[0] >= 8 else "float16"
     if device == "mps" and dtype != "float32":
-        fail(f"dtype={dtype!r} on mps is not supported here; use --dtype=float32 or --dtype=auto")
+        fail(f"{where}dtype={dtype!r} on mps is not supported here; use --dtype=float32 or "
+             f"--dtype=auto")
     if device == "cpu" and dtype != "float32":
         print(f"note: {dtype} autocast on the CPU is slow; it is here to test the code path a GPU "
               f"takes", flush=True)
+    pick_threads(device)
     return device, dtype
 
 
@@ -103,21 +96,14 @@ def compile_error(compiled, raw_model, x, y, autocast, return_logits):
     raw_model.zero_grad(set_to_none=True)
     return error
 
-# -----------------------------------------------------------------------------
-# the device's clock: waiting for its queued work, timing a forward pass, its matmul peak
-
-
 def sync(device):
-    """Wait for the device's queued work, so that a timer measures it (a GPU runs asynchronously).
-    """
+    """Wait for the device's queued work, so that a timer measures it (a GPU is asynchronous)."""
     if str(device).startswith(("cuda", "mps")):
         getattr(torch, str(device).split(":")[0]).synchronize()
 
 
 def matmul_peak(device, dtype, n, repeats, warmup=2, pick=statistics.median):
-    """FLOP/s of an n x n x n matmul in dtype: the peak that MFU is measured against (here the
-    median of the timed repeats; train.py takes the fastest of 10 with no warm-up, since a CPU
-    has no datasheet peak)."""
+    """FLOP/s of an n x n x n matmul in dtype, the pick (median) of the timed repeats."""
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     times = []
     for _ in range(repeats + warmup):
@@ -142,9 +128,8 @@ def duration(seconds):
 
 class Meter:
     """A run's clock, from the steps since the last evaluation: ms per step, tokens per second, the
-    ETA, and the model FLOPs utilization (MFU): the model's FLOP/s over the FLOP/s of a large matmul
-    timed here (the fastest of 10, in the run's dtype; float32's on a CPU), since a CPU has no
-    datasheet peak."""
+    ETA, and the model FLOPs utilization (MFU): the model's FLOP/s over those of a large matmul
+    timed here (the fastest of 10; float32 on a CPU, which has no datasheet peak)."""
 
     def __init__(self, flops_per_token, tokens_per_iter, max_iters, eval_interval, device, dtype,
                  world_size):
@@ -154,27 +139,35 @@ class Meter:
         self.eval_interval = eval_interval
         self.device = device
         self.dtype = torch.float32 if device == "cpu" else dtype
-        self.peak_flops = matmul_peak(device, self.dtype, 4096 if "cuda" in device else 1024, 10,
+        self.peak_flops = matmul_peak(device, self.dtype, 1024 if device == "cpu" else 4096, 10,
                                       warmup=0, pick=min)
-        self.timed_again = "cuda" in device  # a GPU's peak is not disturbed by other programs
-        self.step_estimate = self.eval_seconds = 0.0
+        self.timed_again = device != "cpu"  # a GPU's peak is not disturbed by other programs
         self.eval_start = None
 
     def estimate(self, model, batches, autocast, return_logits, eval_iters, source, micro_steps,
                  iter_num):
-        """Say how long the run will take, from one timed forward pass (a training step costs ~3
-        per micro-batch, an evaluation ~2 per batch), and warn before a slow one."""
-        forward = forward_seconds(model, *batches.eval("val", 0), autocast, return_logits)
-        eval_batches = eval_iters
-        if eval_iters == 0:  # every val token once (the windows of evaluate.py)
+        """Say how long the run will take, from a timed forward pass (the faster of two): a
+        training step costs ~3 per micro-batch, an evaluation ~2 per batch."""
+        model.eval()
+        seconds = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            with torch.no_grad(), autocast:
+                model(*batches.eval("val", 0), return_logits=return_logits)
+            sync(self.device)
+            seconds.append(time.perf_counter() - t0)
+        model.train()
+        if eval_iters == 0:  # every val token once: the windows of data.split_losses
             windows = (os.path.getsize(os.path.join(source, "val.bin")) // 2 - 1) / batches.block
-            eval_batches = math.ceil(math.ceil(windows) / batches.batch_size)
-        self.step_estimate = 3 * micro_steps * forward
-        self.eval_seconds = 2 * eval_batches * forward
+            eval_iters = math.ceil(math.ceil(windows) / batches.batch_size)
+        self.step_estimate = 3 * micro_steps * min(seconds)
+        self.eval_seconds = 2 * eval_iters * min(seconds)
         total = self.eta(iter_num, self.step_estimate)
         print(f"estimated: {duration(self.step_estimate)} per iteration, "
               f"{duration(self.eval_seconds)} per evaluation, {duration(total)} in all", flush=True)
-        warn_if_slow(total, self.device)
+        if self.device == "cpu" and total > 3 * 3600:
+            print(f"warning: this run would take about {duration(total)} on this CPU; for a "
+                  f"CPU-sized run, try `python train.py config/cpu_baseline.py` (minutes)")
 
     def restart(self, iter_num):
         """A new interval of training, after an evaluation (whose time it measures)."""
@@ -189,45 +182,39 @@ class Meter:
         return (time.time() - self.start) / steps if steps else self.step_estimate
 
     def eta(self, iter_num, step_seconds):
-        """Seconds to the end: the steps left, and the evaluations (every eval_interval, and at
-        max_iters)."""
+        """Seconds to the end: the steps, and the evaluations (each eval_interval, at max_iters)."""
         evals = max(0, self.max_iters // self.eval_interval - (iter_num - 1) // self.eval_interval)
         evals += self.max_iters % self.eval_interval != 0
         return (self.max_iters - iter_num) * step_seconds + evals * self.eval_seconds
 
     def evaluating(self, iter_num):
-        """At an evaluation's start: the tokens per second of the interval it ends (None before
-        the first step); a long evaluation says so first."""
+        """At an evaluation's start: the tokens/s of the interval it ends (None if no step)."""
         sync(self.device)
-        steps = iter_num - self.start_iter
-        speed = self.tokens_per_iter / self.step_seconds(iter_num) if steps else None
         if self.eval_seconds > 30:
             print(f"eval {iter_num}: evaluating, about {duration(self.eval_seconds)}", flush=True)
         self.eval_start = time.time()
-        return speed
+        if iter_num > self.start_iter:
+            return self.tokens_per_iter / self.step_seconds(iter_num)
 
     def mfu(self, tokens_per_sec):
-        """The model's FLOP/s over the matmul's. A CPU busy while the matmul was timed gives too low
-        a peak: above 100%, it is timed again, once."""
-        flops = self.flops_per_token * tokens_per_sec
-        if flops > self.peak_flops and not self.timed_again:
+        """A CPU busy while the matmul was timed gives too low a peak: above 100%, timed again."""
+        if self.flops_per_token * tokens_per_sec > self.peak_flops and not self.timed_again:
             self.timed_again = True
             again = matmul_peak(self.device, self.dtype, 1024, 10, warmup=0, pick=min)
             self.peak_flops = max(self.peak_flops, again)
-        return flops / self.peak_flops
+        return self.flops_per_token * tokens_per_sec / self.peak_flops
 
-    def progress(self, iter_num, last=False):
-        """The speed part of a progress line, due every log_interval steps (last) and at least once
-        a minute; None when not due."""
-        if not last and time.time() - self.last_print < 60:
+    def progress(self, iter_num, due):
+        """The speed part of a progress line, when due, or a minute has passed; else None."""
+        if not due and time.time() - self.last_print < 60:
             return None
         self.last_print = time.time()
         step_seconds = self.step_seconds(iter_num)
         tokens_per_sec = self.tokens_per_iter / step_seconds
-        utilization = self.mfu(tokens_per_sec)
-        busy = " (above 100%: the CPU was busy while its peak was timed)" if utilization > 1 else ""
+        mfu = self.mfu(tokens_per_sec)
+        busy = " (above 100%: the CPU was busy while its peak was timed)" if mfu > 1 else ""
         return (f"{step_seconds * 1000:.0f} ms/iter, {tokens_per_sec:,.0f} tokens/s, mfu "
-                f"{percent(utilization)}{busy}, ETA {duration(self.eta(iter_num, step_seconds))}")
+                f"{percent(mfu)}{busy}, ETA {duration(self.eta(iter_num, step_seconds))}")
 
 
 def percent(fraction):
@@ -236,39 +223,11 @@ def percent(fraction):
     return f"{p:.{max(0, 1 - math.floor(math.log10(p)))}f}%" if p > 0 else "0%"
 
 
-def forward_seconds(model, x, y, autocast, return_logits):
-    """Seconds of one evaluation forward pass (the faster of two: the first warms up)."""
-    was_training = model.training
-    seconds = []
-    model.eval()
-    with torch.no_grad():
-        for _ in range(2):
-            t0 = time.perf_counter()
-            with autocast:
-                model(x, y, return_logits=return_logits)
-            sync(x.device)
-            seconds.append(time.perf_counter() - t0)
-    model.train(was_training)
-    return min(seconds)
-
-
-def warn_if_slow(total, device):
-    """Warnings before a run that will be slow: a busy CPU, or a run of hours on a CPU."""
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0  # Windows has no load average
-    if device == "cpu" and load > os.cpu_count() - 0.5 and torch.get_num_threads() > 1:
-        print(f"warning: the CPU is busy (load {load:.1f} on {os.cpu_count()} cores), and this "
-              f"run's {torch.get_num_threads()} threads will wait on the others: run several at "
-              f"once with OMP_NUM_THREADS=1 each, as study.py does", flush=True)
-    if device == "cpu" and total > 3 * 3600:
-        print(f"warning: this run would take about {duration(total)} on this CPU; for a CPU-sized "
-              f"run, try `python train.py config/cpu_baseline.py` (minutes)", flush=True)
 def pick_threads(device):
-    """On a CPU, as many threads as it has cores free (at least one), unless OMP_NUM_THREADS says:
-    a thread that waits for a core another program holds makes every step wait (a run of 2 threads
-    on a 2-core machine kept busy took 50x as long as one of 1). The losses are the same."""
-    if not device.startswith("cpu") or "OMP_NUM_THREADS" in os.environ:
-        return
-    if not hasattr(os, "getloadavg"):  # Windows has no load average
+    """On a CPU, as many threads as it has cores free, unless OMP_NUM_THREADS says: a thread waiting
+    for a busy core makes every step wait (50x as long on 2 busy cores). The losses are the same."""
+    # Windows has no load average
+    if device != "cpu" or "OMP_NUM_THREADS" in os.environ or not hasattr(os, "getloadavg"):
         return
     load = os.getloadavg()[0]
     threads = max(1, min(torch.get_num_threads(), round(os.cpu_count() - load)))

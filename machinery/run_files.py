@@ -1,11 +1,6 @@
 """
-A run's folder, <out_dir>: its checkpoint and its log. A resumed run reads its checkpoint (resume),
-then checks it against the run and restores it (start); every run saves with save.
-
-    ckpt.pt     model_config, model, optimizer, scaler, iter_num, tokens, best_val_loss,
-                train_config, grad_norm, wandb_run_id, dataset_meta (the tokenizer record), rng,
-                log (the records its run logged, up to iter_num)
-    log.jsonl   one JSON record per evaluation
+A run's folder, <out_dir>: ckpt.pt (the model, optimizer, settings, the records logged so far) and
+log.jsonl (one JSON record per evaluation). train.py calls resume, start and save.
 """
 import io
 import json
@@ -47,12 +42,11 @@ def resume(out_dir, asked, user_set, master):
 
 
 def start(checkpoint, model, optimizer, scaler, settings, meta, command, prepare_hint):
-    """Start the run in settings["out_dir"]: a resumed one (checkpoint) checked against the model
-    and the data (meta; prepare_hint: data.prepare_hint, for the message), ended here if finished,
-    its changed settings noted; the folder held for this process (one line "in use" first) and, from
-    scratch, refused where it holds an earlier run; the weights, optimizer, float16 scale and random
-    state restored; Weights & Biases started; the log begun. Returns (iter_num, best_val_loss,
-    tokens seen, grad_norm, logged records, the W&B run or None), the same in every process."""
+    """Start the run in settings["out_dir"]: a resume (checkpoint) checked against the model and the
+    data (meta; prepare_hint: data's, for the message), ended if finished, its changes noted; the
+    folder held ("in use" first), from scratch refused where it holds an earlier run; W&B started;
+    the log begun; the states restored. Returns (iter_num, best_val_loss, tokens seen, grad_norm,
+    the records logged, the W&B run or None)."""
     out_dir = settings["out_dir"]
     master = int(os.environ.get("RANK", 0)) == 0
     if checkpoint is not None:
@@ -68,7 +62,12 @@ def start(checkpoint, model, optimizer, scaler, settings, meta, command, prepare
             if checkpoint is None and not settings["overwrite"]:
                 check_fresh(out_dir)
             run = start_wandb(settings, checkpoint) if settings["wandb_log"] else None
-            start_log(out_dir, checkpoint)
+            if checkpoint is not None:
+                rebuild_log(out_dir, checkpoint)
+            elif os.path.exists(os.path.join(out_dir, "ckpt.pt")):  # --overwrite=True
+                os.remove(os.path.join(out_dir, "ckpt.pt"))
+            if checkpoint is None and os.path.exists(os.path.join(out_dir, "log.jsonl")):
+                os.remove(os.path.join(out_dir, "log.jsonl"))
     if checkpoint is None:
         return 0, float("inf"), 0, None, [], run
     restore(checkpoint, model, optimizer, scaler, master)
@@ -78,10 +77,9 @@ def start(checkpoint, model, optimizer, scaler, settings, meta, command, prepare
 
 
 def save(out_dir, record, checkpoint, saved_iter, resume_command):
-    """Append rank 0's evaluation record to the log and write its checkpoint (either may be None),
-    every process waiting; a failed write (a full disk) stops every process with one line saying
-    what is kept. Returns the iteration of the checkpoint on disk, in every process (one whose
-    peer dies names it)."""
+    """Append rank 0's evaluation record to the log and write its checkpoint (either may be None); a
+    failed write stops every process, with one line saying what is kept. Returns the iteration of
+    the checkpoint on disk, in every process (one whose peer dies names it)."""
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
 
     def failed(path, error, size=None):
@@ -368,18 +366,12 @@ def checkpoint_log(path, checkpoint, ckpt_path):
     return list(carried)
 
 
-def start_log(out_dir, checkpoint):
-    """A run from scratch (checked: --overwrite=True, or nothing there) removes an earlier run's log
-    and checkpoint. A resume leaves exactly the records its checkpoint carries: those logged after
+def rebuild_log(out_dir, checkpoint):
+    """A resume leaves in log.jsonl exactly the records its checkpoint carries: those logged after
     it set aside into log.jsonl.after<iteration>, any other (another run's, one written twice)
     into log.jsonl.aside, a torn last line dropped, and the records the log has lost written
     back, each said in one line."""
     path = os.path.join(out_dir, "log.jsonl")
-    if checkpoint is None:
-        for name in ("log.jsonl", "ckpt.pt"):
-            if os.path.exists(os.path.join(out_dir, name)):
-                os.remove(os.path.join(out_dir, name))
-        return
     iter_num, carried = checkpoint["iter_num"], checkpoint["log"]
 
     def failed(path, error, size=None):  # the log before stays whole
