@@ -175,8 +175,8 @@ def checked_file(args, what, name, kind, checksum, url, url_flag):
         hold_folder(folder, "--out_dir")  # one download at a time into it: .part files are shared
     if not os.path.exists(path):  # another process may have got it meanwhile
         download(url.rstrip("/") + "/" + name, path, kind, checksum, url_flag,
-                 f"Offline, copy {what}'s {name} from a machine with network into {folder}/, or "
-                 f"give a folder holding it with --input PATH")
+                 f"Offline, copy {what}'s {name} from a machine with network into {folder}/, "
+                 f"then run the same command again")
     elif file_checksum(path, kind) != checksum:  # never deleted: it may be your own text
         fail(f"{path} is not {what}'s {name} as published (its {kind} differs: another revision, "
              f"an edited copy, Windows line endings?); move it away, or prepare it as your own "

@@ -158,7 +158,7 @@ def test_wikitext2_host_down_is_one_line_error_suggesting_input(tmp_path, monkey
     with pytest.raises(SystemExit) as e:
         pw.main(["--wikitext2", "--wikitext2_url", f"http://127.0.0.1:{port}/", "--out_dir", str(tmp_path)])
     assert_one_line_error(str(e.value.code), f"could not download http://127.0.0.1:{port}/valid.txt",
-                          "Connection refused", "no network?", "--input PATH")
+                          "Connection refused", "no network?", f"into {tmp_path / 'wikitext-2'}/")
 
 
 def test_no_network_is_one_line_error_naming_the_offline_way(tmp_path, monkeypatch):
@@ -170,7 +170,7 @@ def test_no_network_is_one_line_error_naming_the_offline_way(tmp_path, monkeypat
         with pytest.raises(SystemExit) as e:
             pw.main([*args, "--out_dir", str(tmp_path)])  # the default, real URLs: never reached
         assert_one_line_error(str(e.value.code), "Failed to resolve", "no network?", f"Offline, copy {what}",
-                              "from a machine with network into", "--input PATH")
+                              "from a machine with network into", "run the same command again")
 
 
 def test_failed_requests_are_tried_again_as_retry_after_asks_and_then_stop_in_one_line(wikitext2_host, tmp_path,
