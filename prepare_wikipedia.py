@@ -6,11 +6,11 @@ val.bin (np.uint16 token ids) and meta.json (what they hold). The tokenizers are
     python prepare_wikipedia.py              # what train.py trains on by default: data/wikitext103/
     python prepare_wikipedia.py --wikitext103 --input PATH/  # the same, offline: your copies
     python prepare_wikipedia.py --wikitext2 --tokenizer=byte  # -> data/wikitext2_valid_byte/
-    python prepare_wikipedia.py --wikitext2 --tokenizer=byte --input PATH/valid.txt  # offline
     python prepare_wikipedia.py --input my_texts/ --name=mine  # .txt files, folders, .jsonl
 """
 import hashlib
 import json
+import math
 import os
 import re
 import sys
@@ -31,8 +31,6 @@ DATASET_FILES = ("train.bin", "val.bin", "meta.json")  # in the order written, a
 
 # -----------------------------------------------------------------------------
 # the core: articles -> a train/val split -> token ids -> train.bin, val.bin, meta.json
-
-
 def prepare(articles, out, args, source):
     """Writes the dataset of `articles` ({"title", "text"}, "val" if marked, "ids") into out."""
     encode, _, vocab_size, eot_token = get_tokenizer(args.tokenizer)
@@ -96,8 +94,7 @@ def write_dataset(out, files):
 
 
 def finish_writing(out):
-    """Renames the <name>.new files over the old ones, meta.json last, if meta.json.new (written
-    last) says they are whole, else removes them: the next preparation ends one killed midway."""
+    """Renames <name>.new over <name> if meta.json.new (written last) is there, else removes it."""
     whole = os.path.exists(os.path.join(out, "meta.json.new"))
     for name in DATASET_FILES:
         new = os.path.join(out, name + ".new")
@@ -108,14 +105,12 @@ def finish_writing(out):
 
 # -----------------------------------------------------------------------------
 # where the articles come from (local files, WikiText-2, WikiText-103), and the command line
-
-
 def read_input(paths):
     """The articles of local .txt files (split at WikiText titles), folders of them, or .jsonl."""
     articles = []
     for path in paths:
-        if not os.path.exists(path):  # a broken link too
-            fail(f"--input path not found: {path}")
+        if not os.access(path, os.R_OK | os.X_OK * os.path.isdir(path)):  # a broken link too
+            fail(f"--input path not found, or not readable: {path}")
         files = [path]
         if os.path.isdir(path):  # its .txt files, less folders and broken links of such names
             files = [os.path.join(path, f) for f in sorted(os.listdir(path))
@@ -190,12 +185,12 @@ def download(url, path, kind, checksum, url_flag, offline):
     session = requests.Session()
     for scheme in ("http://", "https://"):
         session.mount(scheme, HTTPAdapter(max_retries=RETRY))
-    session.headers["Accept-Encoding"] = "identity"  # the file's own bytes, for byte ranges
     while True:
         have = os.path.getsize(part) if os.path.exists(part) else 0
+        # identity: the file's own bytes, for byte ranges; timeout: seconds to connect, per read
+        headers = {"Accept-Encoding": "identity", **({"Range": f"bytes={have}-"} if have else {})}
         try:
-            with session.get(url, headers={"Range": f"bytes={have}-"} if have else {}, stream=True,
-                             timeout=(10, 60)) as r:  # seconds: to connect, per read
+            with session.get(url, headers=headers, stream=True, timeout=(10, 60)) as r:
                 if r.status_code == 416:  # no byte after `have`: the part is whole
                     break
                 r.raise_for_status()
@@ -231,9 +226,11 @@ def wikitext2_files(args, split):
 
 
 def wikitext103_articles(paths, tokens, seed, min_chars, encode, eot_token):
-    """Whole articles in a random order (seed), with their "ids": val, then train, until each
-    holds its tokens[split]."""
-    import pyarrow.parquet as pq  # only here: the one reader of Parquet files (requirements.txt)
+    """Whole articles in a random order (seed), with their "ids": val, then train, to tokens."""
+    try:  # only here: the one reader of Parquet files (requirements.txt)
+        import pyarrow.parquet as pq
+    except ImportError:
+        fail("WikiText-103's files are Parquet, which needs pyarrow: pip install pyarrow")
     # a row is a line of the split's text, with its newline: joined, they are the text file
     text = "".join(line for path in paths
                    for line in pq.read_table(path, columns=["text"])["text"].to_pylist())
@@ -288,8 +285,12 @@ def parse_args(argv):
     if args.sized and not args.wikitext103:
         fail("--train_tokens and --val_tokens size a WikiText-103 dataset; leave out --input "
              "and --wikitext2, or add --wikitext103 (and --input gives its files)")
-    if not 0 <= args.seed < 2 ** 63:
-        fail(f"--seed must be an integer from 0 to 2**63 - 1, got {args.seed}")
+    for flag, low, end in [("seed", 0, 2 ** 63), ("val_fraction", 0, 1),
+                           ("train_tokens", 1, math.inf), ("val_tokens", 1, math.inf)]:
+        if not low <= getattr(args, flag) < end:
+            fail(f"--{flag}={getattr(args, flag)} is out of range; use a value in [{low}, {end})")
+    if args.compact_vocab and args.tokenizer != "gpt2":
+        fail("--compact_vocab renumbers GPT-2 token ids; use it with --tokenizer gpt2")
     return args
 
 
@@ -316,8 +317,6 @@ def dataset_name(args):
 def main(argv=None):
     args = parse_args(argv)
     encode, _, _, eot_token = get_tokenizer(args.tokenizer)  # fail fast on a bad name
-    if args.compact_vocab and args.tokenizer != "gpt2":
-        fail("--compact_vocab renumbers GPT-2 token ids; use it with --tokenizer gpt2")
     name = dataset_name(args)
     out = os.path.join(args.out_dir, name)
     claim_folder(out, " ".join(["prepare_wikipedia.py", *(sys.argv[1:] if argv is None else argv)]),

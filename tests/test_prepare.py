@@ -107,12 +107,21 @@ def test_val_split_options_without_their_dataset_are_one_line_errors(tmp_path, a
     assert_one_line_error(run("prepare_wikipedia.py", *args, cwd=tmp_path, check=False), fragment)
 
 
-@pytest.mark.parametrize("seed", ["-1", str(2 ** 63)])
-def test_a_seed_numpy_cannot_take_is_one_line_error(tmp_path, seed):
+@pytest.mark.parametrize("flag, value", [("seed", "-1"), ("seed", str(2 ** 63)), ("val_fraction", "1.0"),
+                                         ("val_fraction", "-0.1"), ("train_tokens", "0"), ("val_tokens", "-5")])
+def test_a_value_out_of_its_range_is_one_line_error_before_anything_is_written(tmp_path, flag, value):
     (tmp_path / "t.txt").write_text(" = T = \n Text .\n")
-    result = run("prepare_wikipedia.py", "--input", "t.txt", f"--seed={seed}", cwd=tmp_path, check=False)
-    assert_one_line_error(result, f"--seed must be an integer from 0 to 2**63 - 1, got {seed}")
+    extra = ["--wikitext103"] if flag.endswith("tokens") else ["--input", "t.txt"]
+    result = run("prepare_wikipedia.py", *extra, f"--{flag}={value}", cwd=tmp_path, check=False)
+    assert_one_line_error(result, f"--{flag}={value} is out of range; use a value in [")
     assert not (tmp_path / "data").exists()
+
+
+def test_without_pyarrow_wikitext103_is_one_line_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow.parquet raises ImportError
+    with pytest.raises(SystemExit) as e:
+        pw.wikitext103_articles([], {"train": 1, "val": 1}, 0, 0, None, 0)
+    assert "needs pyarrow: pip install pyarrow" in str(e.value.code)
 
 
 def test_wikitext2_all_downloads_and_checks_the_three_files(wikitext2_host, tmp_path):
