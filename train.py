@@ -71,7 +71,8 @@ user_set = configure(globals(), defaults, sys.argv[1:], ModelConfig,
 out_dir = out_dir or os.path.join("out", dataset)  # each dataset its own folder
 ckpt_path = os.path.join(out_dir, "ckpt.pt")
 resume_command = f"python train.py --out_dir={out_dir} --init_from=resume"
-master = int(os.environ.get("RANK", 0)) == 0  # rank 0 of torchrun writes
+ddp = "RANK" in os.environ  # started by torchrun: several processes train as one
+master = int(os.environ.get("RANK", 0)) == 0  # rank 0 writes
 checkpoint = None
 restored = {}  # the settings a resume takes from its checkpoint
 if init_from == "resume":  # the checkpoint's settings fill in every key not set here
@@ -159,10 +160,10 @@ checkpoint = None  # free the memory
 # the loss without the (B, T, vocab) logits where they would be large (model.logits_needed)
 return_logits = logits_needed(config, device_type, batch_size * block)
 model = raw_model
-if compile:  # as CUDA graphs on one GPU without accumulation (see hardware.compile_model)
-    cuda_graphs = device_type == "cuda" and not distributed.ddp and gradient_accumulation_steps == 1
+if compile:  # as CUDA graphs on one GPU without accumulation (compile_model says why)
+    cuda_graphs = device_type == "cuda" and not ddp and gradient_accumulation_steps == 1
     model = hardware.compile_model(raw_model, cuda_graphs, batches.train(0, 0), autocast,
-                                   return_logits, distributed.all_sum, master)
+                                   return_logits, master)
 eval_model = model
 model = distributed.wrap(model, device_type)
 # the learning rate of each step: get_lr in model.py, beside the optimizer's settings
@@ -285,7 +286,7 @@ while True:
         x, y = batches.train(iter_num, micro_step)
         # gradients are all-reduced (averaged over processes) only after the last micro-step
         last = micro_step == my_micro_steps[-1]
-        with model.no_sync() if distributed.ddp and not last else nullcontext():
+        with model.no_sync() if ddp and not last else nullcontext():
             with autocast:
                 _, loss, terms = model(x, y, return_logits=return_logits)
             # the mean over the global batch, once DDP has averaged

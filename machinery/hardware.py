@@ -11,6 +11,7 @@ import time
 
 import torch
 
+from machinery import distributed
 from machinery.process import compile_failure, fail, machine_error
 
 
@@ -55,7 +56,7 @@ def pick_device(device, dtype="float32", resumed_from=None):
     return device, dtype
 
 
-def compile_model(raw_model, cuda_graphs, batch, autocast, return_logits, all_sum, master):
+def compile_model(raw_model, cuda_graphs, batch, autocast, return_logits, master):
     """torch.compile(raw_model), tried on one step before the run trusts it; raw_model itself, with
     one line, where this torch release cannot compile it (in any process: all go on uncompiled).
     cuda_graphs: "reduce-overhead", each step replayed as CUDA graphs, one launch instead of
@@ -64,7 +65,7 @@ def compile_model(raw_model, cuda_graphs, batch, autocast, return_logits, all_su
     lose terms silently (PyTorch issue 96693) or stop with an error (169545)."""
     model = torch.compile(raw_model, mode="reduce-overhead" if cuda_graphs else None)
     error = compile_error(model, raw_model, *batch, autocast, return_logits)
-    if not all_sum(error is not None):
+    if not distributed.all_sum(error is not None):
         return model
     if master and error:
         print("warning: " + compile_failure(error, "training without it (--compile=False skips "
@@ -257,10 +258,10 @@ def introduce_run(model, batch_size, gradient_accumulation_steps, max_iters, eva
     # an evaluation batch: a forward pass, a third of a training micro-step
     evals = 2 * eval_iters * (max_iters // eval_interval + 1) * step / gradient_accumulation_steps
     tokens = max_iters * gradient_accumulation_steps * batch_size * c.context_size
-    fail(f"data/wikitext103 is not prepared. This run trains the {c.variant} model of the write-up "
-         f"({model.num_params() / 1e6:.1f}M parameters) on {tokens / 1e9:.2f}B tokens of "
-         f"WikiText-103 ({max_iters:,} steps); on this machine ({device}) it would take about "
-         f"{duration(max_iters * step + evals / 3)} (timed on one step).\n"
+    fail(f"data/wikitext103 is not prepared. This run trains the write-up's {c.variant} model "
+         f"({model.num_params() / 1e6:.1f}M parameters)\n  on {tokens / 1e9:.2f}B tokens of "
+         f"WikiText-103 ({max_iters:,} steps): about {duration(max_iters * step + evals / 3)} on "
+         f"this machine ({device}, timed on one step).\n"
          f"  prepare its data (a download, then GPT-2 tokens):  python prepare_wikipedia.py\n"
          f"  or train the same model on a CPU in minutes:  "
          f"python train.py config/cpu_encdec_mse_pos_sub.py\n"
