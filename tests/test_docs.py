@@ -389,3 +389,17 @@ def test_the_readme_says_sampling_needs_only_the_runs_folder_and_checks_a_meta_j
 def test_mfu_is_defined_where_the_readme_first_uses_it():
     first = readme().index("MFU")
     assert readme()[first:].startswith("MFU** (model FLOPs utilisation: ")
+
+
+def test_the_readme_shows_the_cards_command_with_what_it_prints_and_those_commands_exist():
+    """The card's command, then its message: the one command that prepares its data (the WikiText-103 row of the
+    README's table) and the CPU config of the same model, which exists and trains the encoder-decoder with MSE."""
+    training = section("README.md", "## Training on text")
+    command, printed_ = re.findall(r"```(?:bash)?\n(.*?)```", training, re.S)[:2]
+    assert command.strip() == "python train.py --variant=encdec --embedding_loss=mse"
+    assert printed_.startswith("error: data/wikitext103 is not prepared. This run trains the write-up's encdec model")
+    prepare, cpu = re.findall(r":  (python \S+(?: \S+)?)\n", printed_)
+    assert prepare == "python prepare_wikipedia.py" and f"| `{prepare}` (WikiText-103) |" in training
+    config = read_config(os.path.join(ROOT, cpu.split()[-1]))
+    assert cpu == "python train.py config/cpu_encdec_mse_pos_sub.py"
+    assert (config["variant"], config["embedding_loss"], config["sub_pos_embed"]) == ("encdec", "mse", "yes")
