@@ -37,9 +37,9 @@ def configure(settings, defaults, argv, model_config, epilog=""):
         else:
             source = "the command line"
             pairs = [(key, command_line_value(key, text, types, defaults))]
-        for key, value in pairs:
-            settings[key] = checked(key, value, types, defaults, source)
-            user_set.add(key)
+        for name, value in pairs:
+            settings[name] = checked(name, value, types, defaults, source)
+            user_set.add(name)
     return user_set
 
 
