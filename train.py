@@ -90,11 +90,9 @@ if task is not None:  # a generated task: its own small model and short schedule
 # -----------------------------------------------------------------------------
 # checks: every setting's range, before anything is written; one line naming the setting and the fix
 checks = {  # setting: (is the value allowed?, what to use instead)
-    "init_from": (init_from in ("scratch", "resume"),
-                  "use --init_from=scratch or --init_from=resume"),
+    "init_from": (init_from in ("scratch", "resume"), "use scratch or resume"),
     "batch_size": (batch_size >= 1, "use a positive number of sequences"),
-    "gradient_accumulation_steps": (gradient_accumulation_steps >= 1,
-                                    "use a positive number of micro-batches"),
+    "gradient_accumulation_steps": (gradient_accumulation_steps >= 1, "use 1 or more"),
     "max_iters": (max_iters >= 0, "use 0 or more steps"),
     "learning_rate": (0 < learning_rate < math.inf, "use a positive number, e.g. 1e-3"),
     "min_lr": (0 <= min_lr <= learning_rate, "use 0 or a positive number up to learning_rate"),
@@ -103,16 +101,14 @@ checks = {  # setting: (is the value allowed?, what to use instead)
     "weight_decay": (0 <= weight_decay < math.inf, "use 0 or a positive number, e.g. 0.1"),
     "beta1": (0 <= beta1 < 1, "use a number in [0, 1), e.g. 0.9"),
     "beta2": (0 <= beta2 < 1, "use a number in [0, 1), e.g. 0.95"),
-    "grad_clip": (0 <= grad_clip < math.inf,
-                  "use a positive gradient norm, e.g. 1.0, or 0 for no clipping"),
+    "grad_clip": (0 <= grad_clip < math.inf, "use a gradient norm, e.g. 1.0, or 0: no clipping"),
     "eval_interval": (eval_interval >= 1, "use a positive number of steps"),
     "eval_iters": (eval_iters >= (task is not None),
                    f"use a positive number of batches ({dataset} is a generated task: no val.bin)"
                    if task else "use a positive number of batches, or 0 for every val token"),
     "log_interval": (log_interval >= 1, "use a positive number of steps"),
     "seed": (0 <= seed < 2 ** 63, "use an integer from 0 to 2**63 - 1"),
-    "dataset": (re.fullmatch(r"[\w.-]+", dataset) is not None,
-                "give a folder name of data/, or a task of tasks/"),
+    "dataset": (re.fullmatch(r"[\w.-]+", dataset) is not None, "name a folder of data/ or a task"),
 }
 errors = [f"{key}={globals()[key]!r} is not allowed; {fix}"
           for key, (allowed, fix) in checks.items() if not allowed]
