@@ -127,7 +127,8 @@ def hold_folder(folder, what, shared=False):
         others = glob.glob(os.path.join(glob.escape(folder), ".held.*"))
         others = [os.path.join(folder, ".held")] if shared else others
         for path in [os.path.join(folder, f".held.{os.getpid()}" if shared else ".held"), *others]:
-            taken.append(take(path))
+            # a reader waits out the moment another reader looks at the writer's lock
+            taken.append(take(path, timeout=5 if shared and path in others else 0))
     except filelock.Timeout:  # before OSError: it is one
         for lock in taken:
             let_go(lock)
@@ -144,9 +145,9 @@ def hold_folder(folder, what, shared=False):
     atexit.register(let_go, taken[0])
 
 
-def take(path):
-    """The lock of path, without waiting (filelock.Timeout where another process holds it)."""
-    lock = filelock.FileLock(path, timeout=0)
+def take(path, timeout=0):
+    """The lock of path, within timeout seconds (filelock.Timeout where another holds it)."""
+    lock = filelock.FileLock(path, timeout=timeout)
     lock.acquire()
     return lock
 
