@@ -7,9 +7,8 @@ Transformer" (Yan, 2024), its earlier draft's parallel one, or the decoder-only 
     python train.py --help                      # every setting, its default and what it means
     torchrun --standalone --nproc_per_node=8 train.py config/paper_baseline.py   # DDP
 
-A step's sequences depend on (seed, iteration) alone (data.Batches): a resumed run logs an
-unbroken run's losses; a step split into other micro-batches, the same gradients (evaluation
-batches: batch_size sequences, so other ones).
+A step's sequences depend on (seed, iteration) alone (data.Batches): a resumed and a DDP run log
+an unbroken run's losses; a step split into other micro-batches takes the same gradients.
 """
 import dataclasses
 import math
@@ -170,32 +169,32 @@ schedule = dict(learning_rate=learning_rate, min_lr=min_lr, warmup_iters=warmup_
 @torch.no_grad()
 def estimate_loss():
     """Mean cross-entropy and embedding loss over eval_iters fixed batches per split, in eval mode
-    (no dropout); eval_iters=0: every val token once, and as many train windows (split_losses)."""
+    (no dropout); eval_iters=0: every val token once (every_token_loss)."""
     eval_model.eval()
-    out = {}
-    if eval_iters == 0:
-        out.update(split_losses(raw_model, source, block, batch_size, device, autocast))
-        if config.embedding_loss != "none":  # on one batch: not a per-token figure
+    out = every_token_loss() if eval_iters == 0 else {}
+    for split in ("train", "val") if eval_iters else ():
+        terms = []
+        for k in range(eval_iters):
             with autocast:
-                _, _, terms = eval_model(*batches.eval("val", 0), return_logits=return_logits)
-            out["val_embedding_loss"] = terms["embedding"].item()
-    else:
-        for split in ("train", "val"):
-            ce = []
-            embedding = []
-            for k in range(eval_iters):
-                with autocast:
-                    _, _, terms = eval_model(*batches.eval(split, k), return_logits=return_logits)
-                ce.append(terms["ce"].item())
-                embedding.append(None if terms["embedding"] is None else terms["embedding"].item())
-            out[f"{split}_loss"] = sum(ce) / len(ce)
-            out[f"{split}_embedding_loss"] = None
-            if embedding[0] is not None:
-                out[f"{split}_embedding_loss"] = sum(embedding) / len(embedding)
+                terms.append(eval_model(*batches.eval(split, k), return_logits=return_logits)[2])
+        out[f"{split}_loss"] = sum(t["ce"].item() for t in terms) / eval_iters
+        embedding = [t["embedding"].item() for t in terms if t["embedding"] is not None]
+        out[f"{split}_embedding_loss"] = sum(embedding) / eval_iters if embedding else None
     out.update(raw_model.embedding_norms())
     if task is not None:
         out["val_accuracy"] = task.score(raw_model, "val", device)[0]
     eval_model.train()
+    return out
+
+
+def every_token_loss():
+    """Every val token once, and as many train windows (data.split_losses); the embedding loss of
+    one val batch (not a per-token figure)."""
+    out = split_losses(raw_model, source, block, batch_size, device, autocast)
+    if config.embedding_loss != "none":
+        with autocast:
+            _, _, terms = eval_model(*batches.eval("val", 0), return_logits=return_logits)
+        out["val_embedding_loss"] = terms["embedding"].item()
     return out
 
 
@@ -236,9 +235,8 @@ def save(record):
         }
     saved_iter = run_files.save(out_dir, record, checkpoint, saved_iter, resume_command)
     if record is not None:
-        accuracy = ""
-        if "val_accuracy" in record:
-            accuracy = f", val accuracy {record['val_accuracy']:.1%}"
+        accuracy = record.get("val_accuracy")  # a generated task's score
+        accuracy = "" if accuracy is None else f", val accuracy {accuracy:.1%}"
         print(f"eval {iter_num}: train loss {record['train_loss']:.4f}, val loss "
               f"{record['val_loss']:.4f}{accuracy}", flush=True)
         if wandb_run:
@@ -300,9 +298,8 @@ while True:
         run_files.check_finite(loss.item(), iter_num, out_dir)  # all processes stop, or none
     speed = master and meter.progress(iter_num, due=iter_num % log_interval == 0)
     if speed:
-        embedding = ""
-        if terms["embedding"] is not None:
-            embedding = f", embedding loss {terms['embedding'].item():.3e}"
+        embedding = terms["embedding"]
+        embedding = "" if embedding is None else f", embedding loss {embedding.item():.3e}"
         scale = f" (float16 grad scale {scaler.get_scale():.0f})" if scaler.is_enabled() else ""
         print(f"iter {iter_num}: loss {terms['ce'].item():.4f}{embedding}, grad norm "
               f"{grad_norm.item():.3f}{scale}, lr {lr:.2e}, {speed}", flush=True)
