@@ -1,10 +1,5 @@
-"""
-The data: text and its tokenizers; the datasets prepare_wikipedia.py writes (data/<dataset>/
-train.bin and val.bin, np.uint16 token ids, and meta.json) and the tasks of tasks/; the batches of
-a run, a function of (seed, iteration) alone; the windows that score every token of a text once.
-"""
+"""Tokenizers, text, the datasets of data/ and tasks/, a run's batches, every-token windows."""
 import functools
-import glob
 import importlib
 import json
 import os
@@ -15,10 +10,6 @@ import torch
 
 from machinery.files import folder_chain, hold_folder, note_holder
 from machinery.process import fail
-from model import row_cross_entropy
-
-# -----------------------------------------------------------------------------
-# tokenizers
 
 
 @functools.lru_cache(maxsize=None)
@@ -88,14 +79,6 @@ def get_tokenizer(name, compact_vocab=None, unknown=None):
         return encode_bytes, decode_bytes, 256, 0
     fail(f"unknown tokenizer {name!r}; use --tokenizer gpt2 or --tokenizer byte")
 
-# -----------------------------------------------------------------------------
-# text
-
-
-def normalise_newlines(text):
-    """Windows' \\r\\n and a lone \\r as \\n: a copy of a text with other line endings gives the
-    same tokens."""
-    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def read_text(path):
@@ -111,13 +94,11 @@ def read_text(path):
     if nul >= 0:  # no text file holds NUL; UTF-16 text and binary files do
         fail(f"{path} has a NUL byte at byte offset {nul}: it is binary or UTF-16, not UTF-8 text")
     try:
-        return normalise_newlines(data.decode("utf-8"))
+        # Windows' \r\n and a lone \r as \n: a copy with other line endings gives the same tokens
+        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
     except UnicodeDecodeError as e:
         fail(f"{path} is not UTF-8 text: byte 0x{data[e.start]:02x} at byte offset {e.start} "
              f"({e.reason}); convert it to UTF-8 first, e.g. iconv -f latin1 -t utf-8")
-
-
-TITLE_LINE = re.compile(r"^= (?!=)(.+) =$")  # '= Title =' but not '= = Section = ='
 
 
 def split_wikitext(text, name):
@@ -125,22 +106,26 @@ def split_wikitext(text, name):
     text without title lines is one article named `name`."""
     if not text.strip():
         return []
+    title_line = re.compile(r"^= (?!=)(.+) =$")  # '= Title =' but not '= = Section = ='
     lines = text.splitlines(keepends=True)
-    starts = [i for i, line in enumerate(lines) if TITLE_LINE.match(line.strip())]
+    starts = [i for i, line in enumerate(lines) if title_line.match(line.strip())]
     if not starts or "".join(lines[:starts[0]]).strip():
         starts.insert(0, 0)  # text before the first title is an article of its own
     articles = []
     for start, end in zip(starts, starts[1:] + [len(lines)]):
-        match = TITLE_LINE.match(lines[start].strip())
+        match = title_line.match(lines[start].strip())
         body = "".join(lines[start:end]).strip()
         if body:
             articles.append({"title": match.group(1) if match else name, "text": body})
     return articles
 
 
-def load_jsonl(path):
-    """Reads one article per line into {pageid: article}, the first copy of a page wins.
-    Returns (articles, clean); clean is False when a truncated last line was dropped."""
+def read_articles(path):
+    """The articles of a text file (split at its WikiText title lines) or of a .jsonl file of
+    {"pageid", "title", "text"} records, one a line, the first copy of a page kept (a last line
+    a crash cut short is dropped): prepare_wikipedia.py's --input, and evaluate.py's."""
+    if not path.lower().endswith(".jsonl"):
+        return split_wikitext(read_text(path), os.path.basename(path))
     try:
         with open(path, "rb") as f:
             lines = f.read().split(b"\n")
@@ -156,25 +141,16 @@ def load_jsonl(path):
             # only an unfinished last line can be cut short by a crash
             if i < len(lines) - 1 or clean:
                 fail(f"{path} line {i + 1} is not JSON; fix or delete that line")
-            clean = False  # a crash cut the last line short: drop it
-            continue
+            continue  # a crash cut the last line short: drop it
         if not (isinstance(article, dict) and isinstance(article.get("text"), str)
                 and "pageid" in article):
             fail(f"{path} line {i + 1} is not a {{\"pageid\", \"title\", \"text\"}} JSON object "
                  f"with text as a string; fix or delete that line")
         title = str(article.get("title", ""))
-        text = normalise_newlines(article["text"])
+        text = article["text"].replace("\r\n", "\n").replace("\r", "\n")
         articles.setdefault(article["pageid"],
                             {"pageid": article["pageid"], "title": title, "text": text})
-    return articles, clean
-
-
-def read_articles(path):
-    """The articles of a text file (split at its WikiText title lines) or of a .jsonl file of
-    {"pageid", "title", "text"} records: prepare_wikipedia.py's --input, and evaluate.py's."""
-    if path.lower().endswith(".jsonl"):
-        return list(load_jsonl(path)[0].values())
-    return split_wikitext(read_text(path), os.path.basename(path))
+    return list(articles.values())
 
 
 def without_nul(articles):
@@ -188,8 +164,6 @@ def without_nul(articles):
     print(f"removed {num_nul} NUL characters from the articles' text")
     return articles
 
-# -----------------------------------------------------------------------------
-# datasets: data/<dataset>/, and the generated tasks of tasks/
 
 
 def find_dataset(dataset, out_dir):
@@ -204,11 +178,11 @@ def find_dataset(dataset, out_dir):
 
 
 def generated_task(dataset, data_dir=None):
-    """The module tasks/<dataset>.py where there is one, else None; one line where it does not
-    import, lacks a name of the interface, or shares its name with a dataset folder (data_dir: the
-    run's, default data/<dataset>). The interface: DEFAULTS (the settings it trains with unless
-    told), VOCAB_SIZE, BLOCK_SIZE, get_batch(split, size, rng), score(model, split, device) ->
-    (accuracy, sequences); sample.py's prompts(start, num_samples, seed), show(prompt, answer)."""
+    """The module tasks/<dataset>.py, else None; one line where it does not import, lacks a name of
+    the interface or shares its name with a dataset folder (data_dir, default data/<dataset>). The
+    interface: DEFAULTS (settings), VOCAB_SIZE, BLOCK_SIZE, get_batch(split, size, rng),
+    score(model, split, device) -> (accuracy, sequences), prompts(start, num_samples, seed), and
+    show(prompt, answer)."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tasks", f"{dataset}.py")
     if not re.fullmatch(r"[a-z]\w*", dataset) or not os.path.isfile(path):
         return None
@@ -268,14 +242,12 @@ def prepare_hint(dataset, tokenizer, compact=False, offline=False):
 
 
 def check_dataset(dataset, block, vocab_size):
-    """data/<dataset>'s meta.json, after checking once at the start, not mid-training, that the
-    token files are whole and of one preparation. vocab_size: the run's, or None (a byte-level
-    config, 256, wants byte tokens)."""
+    """data/<dataset>'s meta.json, once its token files are checked whole and of one preparation (at
+    the start, not mid-training). vocab_size: the run's, or None (256 or less wants byte tokens)."""
     data_dir = os.path.join("data", dataset)
-    tokenizer = "byte" if vocab_size is not None and vocab_size <= 256 else "gpt2"
     if not all(os.path.exists(os.path.join(data_dir, f))
                for f in ("train.bin", "val.bin", "meta.json")):
-        fail(dataset_not_found(dataset, tokenizer))
+        refuse_dataset(dataset, {}, block, vocab_size)
     try:
         with open(os.path.join(data_dir, "meta.json"), encoding="utf-8") as f:
             meta = json.load(f)
@@ -283,8 +255,44 @@ def check_dataset(dataset, block, vocab_size):
     except (OSError, ValueError, KeyError, TypeError):  # OSError: e.g. a folder named meta.json
         meta = {}
         dataset_vocab = None
+    if type(dataset_vocab) is not int or dataset_vocab < 1:
+        refuse_dataset(dataset, meta, block, vocab_size)
+    for split in ("train", "val"):
+        path = os.path.join(data_dir, f"{split}.bin")
+        n_tokens, odd = divmod(os.path.getsize(path), 2)
+        if odd or meta.get(f"{split}_tokens") not in (None, n_tokens) or n_tokens <= block:
+            refuse_dataset(dataset, meta, block, vocab_size)
+        tokens = np.memmap(path, dtype=np.uint16, mode="r")
+        sums = (None, int(tokens.sum(dtype=np.uint64)))  # meta.json's, where it has one
+        if int(tokens.max()) >= dataset_vocab or meta.get(f"{split}_token_sum") not in sums:
+            refuse_dataset(dataset, meta, block, vocab_size)
+    if vocab_size is not None and vocab_size < dataset_vocab:  # e.g. a byte config on GPT-2 tokens
+        refuse_dataset(dataset, meta, block, vocab_size)
+    return meta
 
-    def refuse(problem, fix=""):  # one line: what is wrong, and the command that prepares it again
+
+def refuse_dataset(dataset, meta, block, vocab_size):
+    """The one line for a dataset check_dataset refuses: missing (the command that prepares it, the
+    datasets data/ holds, the tasks, which need none), broken (what is wrong, and the command that
+    prepares it again), or of more tokens than the run's vocab_size."""
+    import glob
+    data_dir = os.path.join("data", dataset)
+    tokenizer = "byte" if vocab_size is not None and vocab_size <= 256 else "gpt2"
+    if not all(os.path.exists(os.path.join(data_dir, f))
+               for f in ("train.bin", "val.bin", "meta.json")):
+        online = prepare_hint(dataset, tokenizer)
+        offline = prepare_hint(dataset, tokenizer, offline=True)
+        where = f" (it downloads; offline, from your copy of the files: {offline})"
+        held = sorted(os.path.basename(os.path.dirname(path))
+                      for path in glob.glob(os.path.join("data", "*", "meta.json")))
+        tasks = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tasks", "[a-z]*.py")
+        tasks = sorted(f"--dataset={os.path.basename(path)[:-3]}" for path in glob.glob(tasks))
+        fail(f"dataset '{dataset}' not found in data/{dataset}/ (data/ holds "
+             f"{', '.join(held) or 'no dataset'}): run {online}{where * ('--wikitext' in online)}, "
+             f"or try a task that needs no data: {' or '.join(tasks)}")
+    dataset_vocab = meta.get("vocab_size")
+
+    def refuse(problem, fix=""):
         hint = prepare_hint(dataset, meta.get("tokenizer", tokenizer))
         fail(f"{problem}; prepare the dataset again: {hint}{fix}")
     if type(dataset_vocab) is not int or dataset_vocab < 1:
@@ -312,22 +320,8 @@ def check_dataset(dataset, block, vocab_size):
         if meta.get(f"{split}_token_sum") not in (None, int(tokens.sum(dtype=np.uint64))):
             refuse(f"{path} does not hold the tokens meta.json was written for ({split}_token_sum "
                    f"differs): files of different preparations, or a damaged file")
-    return meta
-
-
-def dataset_not_found(dataset, tokenizer):
-    """The line for a dataset missing from data/: the command that prepares it, the datasets data/
-    holds, and the tasks, which need none."""
-    online = prepare_hint(dataset, tokenizer)
-    offline = prepare_hint(dataset, tokenizer, offline=True)
-    where = f" (it downloads; offline, from your copy of the files: {offline})"
-    held = sorted(os.path.basename(os.path.dirname(path))
-                  for path in glob.glob(os.path.join("data", "*", "meta.json")))
-    tasks = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tasks", "[a-z]*.py")
-    tasks = sorted(f"--dataset={os.path.basename(path)[:-3]}" for path in glob.glob(tasks))
-    return (f"dataset '{dataset}' not found in data/{dataset}/ (data/ holds "
-            f"{', '.join(held) or 'no dataset'}): run {online}{where * ('--wikitext' in online)}, "
-            f"or try a task that needs no data: {' or '.join(tasks)}")
+    fail(f"vocab_size={vocab_size} is smaller than the dataset's {dataset_vocab} tokens; leave "
+         f"vocab_size unset, or prepare data/{dataset} again: {prepare_hint(dataset, tokenizer)}")
 
 
 def read_meta(dataset, data_dir=None):
@@ -350,42 +344,29 @@ def read_meta(dataset, data_dir=None):
 
 
 def open_dataset(dataset, context_size, vocab_size, command):
-    """(source, block, vocab_size, meta) of a run: the task module, or the folder data/<dataset>,
-    held until the run ends (no preparation replaces it meanwhile); the tokens of a sequence; the
-    run's vocab_size, else the dataset's; the dataset's meta.json ({} for a task)."""
+    """(source, block, vocab_size, meta) of a run: the task module, or data/<dataset> held until the
+    run ends (no preparation replaces it meanwhile); a sequence's tokens; the run's vocab_size, else
+    the dataset's; the dataset's meta.json ({} for a task)."""
     task = generated_task(dataset)
     if task is not None:
         if context_size < task.BLOCK_SIZE:
             fail(f"context_size={context_size} is too short for {dataset} sequences of "
                  f"{task.BLOCK_SIZE} tokens; leave context_size unset")
-        source = task
-        block = task.BLOCK_SIZE
-        meta = {}
-        dataset_vocab = task.VOCAB_SIZE
-    else:
-        source = os.path.join("data", dataset)
-        if os.path.isdir(source):
-            hold_folder(source, "--dataset", shared=True)
-            note_holder(source, command, shared=True)
-        block = context_size
-        meta = check_dataset(dataset, block, vocab_size)
-        dataset_vocab = meta["vocab_size"]
-    if vocab_size is not None and vocab_size < dataset_vocab:  # e.g. a byte config on GPT-2 tokens
-        again = f", or prepare data/{dataset} again: "
-        again += prepare_hint(dataset, "byte" if vocab_size <= 256 else "gpt2")
-        fail(f"vocab_size={vocab_size} is smaller than the dataset's {dataset_vocab} tokens; leave "
-             f"vocab_size unset" + (again if task is None else ""))
-    return source, block, vocab_size or dataset_vocab, meta
-
-# -----------------------------------------------------------------------------
-# batches: a function of (seed, iteration) alone
+        if vocab_size is not None and vocab_size < task.VOCAB_SIZE:
+            fail(f"vocab_size={vocab_size} is smaller than the dataset's {task.VOCAB_SIZE} tokens; "
+                 f"leave vocab_size unset")
+        return task, task.BLOCK_SIZE, vocab_size or task.VOCAB_SIZE, {}
+    source = os.path.join("data", dataset)
+    if os.path.isdir(source):
+        hold_folder(source, "--dataset", shared=True)
+        note_holder(source, command, shared=True)
+    meta = check_dataset(dataset, context_size, vocab_size)
+    return source, context_size, vocab_size or meta["vocab_size"], meta
 
 
 class Batches:
-    """The batches of a run, on its device. source: a dataset folder (random windows of block tokens
-    of its train.bin or val.bin) or a generated task. The sequences of optimizer step `it` are
-    drawn from (seed, it) alone, whatever the micro-batch size, the number of processes and the
-    restarts; the evaluation batches from (seed, split, k), the same at every evaluation."""
+    """A run's batches on its device: step `it`'s sequences are drawn from (seed, it) alone,
+    whatever the micro-batch size, the processes and the restarts."""
 
     def __init__(self, source, block, batch_size, gradient_accumulation_steps, seed, device):
         self.source = source
@@ -421,8 +402,7 @@ class Batches:
         """Micro-batch `micro_step` of iteration `it`: its rows of the step's sequences."""
         rows = slice(micro_step * self.batch_size, (micro_step + 1) * self.batch_size)
         rng = np.random.default_rng([self.seed, 0, it, 0])
-        # micro-step 0's dropout seed is drawn first, then the step's sequences
-        rng.integers(2 ** 62)
+        rng.integers(2 ** 62)  # micro-step 0's dropout seed is drawn first, then the sequences
         return self.get("train", rng, self.step_size, rows)
 
     def dropout_seed(self, it, micro_step):
@@ -434,8 +414,6 @@ class Batches:
         rng = np.random.default_rng([self.seed, 1 + ("train", "val").index(split), k, 0])
         return self.get(split, rng, self.batch_size)
 
-# -----------------------------------------------------------------------------
-# every token once: evaluate.py's windows, and train.py's evaluation with eval_iters=0
 
 
 def window_starts(n_tokens, block):
@@ -451,6 +429,7 @@ def window_losses(model, tokens, block, batch_size, device, starts=None, autocas
     every token of `tokens` but the first, in text order), as int64 and float64 arrays. The model
     is in eval mode for the call (no dropout). Nothing is kept from batch to batch, so memory
     does not grow with the length of the text."""
+    from model import row_cross_entropy
     was_training = model.training
     model.eval()
     starts = window_starts(len(tokens), block) if starts is None else starts
@@ -472,13 +451,6 @@ def window_losses(model, tokens, block, batch_size, device, starts=None, autocas
         if progress:
             progress(min(i + batch_size, len(starts)), len(starts))
     model.train(was_training)
-
-
-def token_losses(model, tokens, block, batch_size, device, starts=None, autocast=None):
-    """The cross-entropy of each target token of the windows at `starts`, in one float64 array
-    (short texts, tests)."""
-    batches = window_losses(model, tokens, block, batch_size, device, starts, autocast)
-    return np.concatenate([losses for _, losses in batches])
 
 
 def split_losses(model, data_dir, block, batch_size, device, autocast=None):

@@ -28,6 +28,12 @@ def build(config):
     return build_model(ModelConfig(**config))
 
 
+def token_losses(model, tokens, block, batch_size, device, starts=None, autocast=None):
+    """The cross-entropy of each target token of the windows at `starts`, in one float64 array."""
+    batches = data.window_losses(model, tokens, block, batch_size, device, starts, autocast)
+    return np.concatenate([losses for _, losses in batches])
+
+
 def evaluate_in(folder, *args):
     """evaluate.main in `folder` (it reads data/ and the run relative to the working directory); its result dict."""
     cwd = os.getcwd()
@@ -50,7 +56,7 @@ def test_windows_predict_every_token_but_the_first_exactly_once(n_tokens):
 def test_token_losses_equal_the_model_loss_over_the_same_windows(variant):
     model = tiny_model(variant=variant)
     tokens = np.random.default_rng(0).integers(50, size=71)  # 4 full windows of 16 and one of 6
-    losses = data.token_losses(model, tokens, 16, batch_size=3, device="cpu")
+    losses = token_losses(model, tokens, 16, batch_size=3, device="cpu")
     assert len(losses) == 70
     with torch.no_grad():
         direct = []
@@ -66,7 +72,7 @@ def test_token_losses_equal_the_model_loss_over_the_same_windows(variant):
 def test_result_does_not_depend_on_the_batch_size():
     model = tiny_model()
     tokens = np.random.default_rng(1).integers(50, size=200)
-    results = [data.token_losses(model, tokens, 16, batch_size=b, device="cpu") for b in (1, 4, 13, 100)]
+    results = [token_losses(model, tokens, 16, batch_size=b, device="cpu") for b in (1, 4, 13, 100)]
     for other in results[1:]:
         np.testing.assert_allclose(other, results[0], rtol=1e-5, atol=1e-6)
 
@@ -74,8 +80,8 @@ def test_result_does_not_depend_on_the_batch_size():
 def test_evaluation_runs_in_eval_mode_and_restores_training_mode():
     model = tiny_model(dropout=0.5).train()
     tokens = np.random.default_rng(2).integers(50, size=40)
-    a = data.token_losses(model, tokens, 16, 4, "cpu")
-    b = data.token_losses(model, tokens, 16, 4, "cpu")
+    a = token_losses(model, tokens, 16, 4, "cpu")
+    b = token_losses(model, tokens, 16, 4, "cpu")
     assert model.training and np.array_equal(a, b)  # no dropout: the same figures twice
 
 
@@ -104,7 +110,7 @@ def test_split_losses_read_every_val_token_once_and_as_many_train_windows_spread
     folder = compact / "data" / "small"
     val, train = (np.fromfile(folder / f"{split}.bin", dtype=np.uint16) for split in ("val", "train"))
     model = tiny_model(vocab_size=json.load(open(folder / "meta.json"))["vocab_size"], context_size=16)
-    calls, window_losses, token_losses = [], data.window_losses, data.token_losses
+    calls, window_losses = [], data.window_losses
 
     def recorded(model, tokens, block, batch_size, device, starts=None, *args):
         batches = list(window_losses(model, tokens, block, batch_size, device, starts, *args))
