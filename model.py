@@ -1,15 +1,8 @@
-"""
-The auto-regressive encoder-decoder transformer, and the decoder-only GPT it is compared with.
-
-From the write-up "Auto-regressive Encoder-Decoder Transformer" (Yan, 2024) and its earlier draft,
-"Parallel Encoder-Decoder Transformer". Three variants, chosen by `ModelConfig.variant`:
-  baseline  decoder-only GPT (nanoGPT-style)
-  encdec    the write-up's: a causal encoder, then a decoder that cross-attends to its output
-  parallel  encoder and decoder blocks side by side in every layer (the earlier draft)
-Read top to bottom: the config, attention and its causal rule, the blocks, the embedding losses,
-the model (one forward pass per variant: hidden_states; the losses: forward; generate), get_lr.
-After it, off that path: the KV cache, the details for speed only, the checks of the flags.
-"""
+"""The model of "Auto-regressive Encoder-Decoder Transformer" (Yan, 2024), ModelConfig.variant:
+baseline (decoder-only GPT), encdec (the write-up's: a causal encoder, a decoder cross-attending to
+its output), parallel (encoder and decoder blocks side by side: the draft, "Parallel Encoder-Decoder
+Transformer"). Top to bottom: the config, attention, the blocks, the embedding losses, the model,
+get_lr; then the KV cache, the details for speed only, the checks of the flags."""
 
 import math
 from dataclasses import dataclass, fields
@@ -31,10 +24,7 @@ class ModelConfig:
     dropout: float = 0.0  # dropout probability on E, the attention weights, every residual branch
     bias: bool = False  # biases in Linear layers and LayerNorms (LayerNorm_a and _b: always)
     rotary: bool = False  # rotary positions (RoPE) in every attention, not a table added to E
-    # The encoder-decoders' flags. None: check_flags fills in the default each comment ends with
-    # (the write-up's best configuration); for the baseline, embedding_loss none, sub_pos_embed no.
-    # detach: the input of the embedding loss that gets no gradient from it. sub_pos_embed ("pos
-    # sub"): subtract the next position's embedding before the output layer (yes_ln: a LayerNorm).
+    # The encoder-decoders' flags; None: check_flags sets the write-up's best (baseline: none, no)
     n_encoder_layer: Optional[int] = None  # layers of the encoder; None: n_layer
     n_decoder_layer: Optional[int] = None  # layers of the decoder; None: n_layer
     cross_n_head: Optional[int] = None  # heads of the cross-attention; None: 2 x n_head
@@ -44,7 +34,7 @@ class ModelConfig:
     encoder_out_ln: Optional[bool] = None  # LayerNorm_b on the encoder output; None: True
     detach: Optional[str] = None  # none | embedding | encoder_out: no gradient; None: encoder_out
     embedding_ln_affine: Optional[bool] = None  # gains and biases in LayerNorm_a and _b; None: True
-    sub_pos_embed: Optional[str] = None  # no | yes | yes_ln: subtract next position; None: yes
+    sub_pos_embed: Optional[str] = None  # no | yes | yes_ln: pos sub, subtract wpe[t+1]; None: yes
     add_pos_embed_to_decoder: Optional[bool] = None  # adds wpe[t+1] to decoder input; None: False
     decoder_order: Optional[str] = None  # self_first | cross_first; None: self_first
 
@@ -75,8 +65,7 @@ def rotate(x, pos):
 
 
 class Attention(nn.Module):
-    """Causal multi-head attention: self-attention, or (cross) queries from x and keys / values from
-    `context`, the encoder output at the same positions."""
+    """Causal multi-head attention: self, or cross (keys and values from `context`, encoder_out)."""
 
     def __init__(self, config, n_head, cross=False):
         super().__init__()
@@ -164,14 +153,12 @@ class DecoderBlock(nn.Module):
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.n_embed, bias=config.bias)
         self.attn = Attention(config, config.n_head)
-        # the decoder side of the cross-attention, and the encoder side, this block's own
-        self.ln_cross_q = nn.LayerNorm(config.n_embed, bias=config.bias)
-        self.ln_cross_kv = nn.LayerNorm(config.n_embed, bias=config.bias)
+        self.ln_cross_q = nn.LayerNorm(config.n_embed, bias=config.bias)  # cross: decoder side
+        self.ln_cross_kv = nn.LayerNorm(config.n_embed, bias=config.bias)  # its own encoder side
         self.cross_attn = Attention(config, config.cross_n_head, cross=True)
         self.ln_2 = nn.LayerNorm(config.n_embed, bias=config.bias)
         self.mlp = MLP(config)
-        if config.decoder_order not in CHOICES["decoder_order"]:
-            raise flag_error(config, "decoder_order")
+        check_choices(config, "decoder_order")
         self.cross_first = config.decoder_order == "cross_first"
 
     def forward(self, x, encoder_out, pos, cache=None):
@@ -200,18 +187,14 @@ EMBEDDING_LOSSES = {
 class Transformer(nn.Module):
     def __init__(self, config):
         super().__init__()
-        self.config = config
-        c = config
-        for flag in ("variant", "sub_pos_embed"):
-            if getattr(c, flag) not in CHOICES[flag]:
-                raise flag_error(c, flag)
+        self.config = c = config
+        check_choices(c, "variant", "sub_pos_embed", "embedding_loss")
         encdec = c.variant != "baseline"  # encdec and parallel: the same modules, wired apart
-        # one row more for the next tokens' positions 1..T where they are subtracted / added;
-        # rotary: a table only then
-        next_pos = c.sub_pos_embed != "no" or bool(c.add_pos_embed_to_decoder)
+        # one row more for the next tokens' positions 1..T (subtracted / added); rotary: only then
+        self.next_pos = c.sub_pos_embed != "no" or bool(c.add_pos_embed_to_decoder)
         self.wte = nn.Embedding(c.vocab_size, c.n_embed)
-        self.wpe = (nn.Embedding(c.context_size + next_pos, c.n_embed) if next_pos or not c.rotary
-                    else None)
+        self.wpe = (nn.Embedding(c.context_size + self.next_pos, c.n_embed)
+                    if self.next_pos or not c.rotary else None)
         self.drop = nn.Dropout(c.dropout)
         n_enc = c.n_encoder_layer if encdec else c.n_layer  # the baseline's layers, or the encoder
         self.blocks = nn.ModuleList([Block(c) for _ in range(n_enc)])
@@ -221,19 +204,15 @@ class Transformer(nn.Module):
         self.ln_f = nn.LayerNorm(c.n_embed, bias=c.bias)
         if c.sub_pos_embed == "yes_ln":
             self.ln_sub_pos = nn.LayerNorm(c.n_embed, bias=c.bias)
-        if c.embedding_loss in EMBEDDING_LOSSES:
-            # LayerNorm_a and _b have biases whatever `bias` says, as the write-ups count them. Only
-            # this loss trains them, and gains of 0 with equal biases make it 0 whatever E is:
-            # embedding_ln_affine=False rules that shortcut out.
+        if c.embedding_loss != "none":
+            # LayerNorm_a and _b: biases whatever `bias` says, as the write-ups count them. Gains of
+            # 0, equal biases: this loss 0 whatever E is; embedding_ln_affine=False rules it out.
+            check_choices(c, "embedding_ln")
             affine = c.embedding_ln_affine
-            if c.embedding_ln in ("init", "avg_cum_sum"):
+            if c.embedding_ln != "none":
                 self.ln_embed = nn.LayerNorm(c.n_embed, elementwise_affine=affine)
-            elif c.embedding_ln != "none":
-                raise flag_error(c, "embedding_ln")
             if c.encoder_out_ln:
                 self.ln_encoder_out = nn.LayerNorm(c.n_embed, elementwise_affine=affine)
-        elif c.embedding_loss != "none":
-            raise flag_error(c, "embedding_loss")
         self.lm_head = nn.Linear(c.n_embed, c.vocab_size, bias=False)
         self.wte.weight = self.lm_head.weight  # weight tying
         # GPT-2 init: std 0.02, and 0.02 / sqrt(2 x n_layer) for the projections into the residual
@@ -251,9 +230,8 @@ class Transformer(nn.Module):
         return sum(p.numel() for p in self.parameters()) - positions
 
     def hidden_states(self, idx, cache=None, start=0):
-        """One forward pass per variant: the states before the output layer (B, T, C), E, and the
-        encoder output (None for the baseline). cache: a KV cache, {} at first, that idx continues
-        at position `start` (the KV cache, after the model)."""
+        """One forward pass per variant: the states before the output layer (B, T, C), E and the
+        encoder output (baseline: None). cache: a KV cache ({} at first) from position `start`."""
         c = self.config
         T = idx.size(1)
         assert start + T <= c.context_size, f"{start + T} tokens: more than {c.context_size}"
@@ -261,11 +239,8 @@ class Transformer(nn.Module):
         pos = torch.arange(start, start + T, device=idx.device)  # (T,)
         # E = token embedding + positional embedding (rotary positions: the token embedding alone)
         E = self.drop(self.wte(idx) if c.rotary else self.wte(idx) + self.wpe(pos))  # (B, T, C)
-        # the next tokens' positions 1..T: subtracted before the output layer, or added to the
-        # decoder's input
-        next_pos_embed = None
-        if c.sub_pos_embed in ("yes", "yes_ln") or c.add_pos_embed_to_decoder:
-            next_pos_embed = self.wpe(pos + 1)
+        # the next tokens' positions 1..T: subtracted before the output layer / added to the decoder
+        next_pos_embed = self.wpe(pos + 1) if self.next_pos else None
         if c.variant == "baseline":
             x = E
             for block in self.blocks:
@@ -306,9 +281,8 @@ class Transformer(nn.Module):
         return x, E, encoder_out
 
     def forward(self, idx, targets=None, return_logits=True):
-        """(logits, loss, terms). With targets: the loss training minimises (cross-entropy in eval
-        mode), its detached terms {"ce", "embedding"} for the logs; return_logits=False: no logits.
-        Without targets, only the last position's logits: (B, 1, vocab)."""
+        """(logits, loss, terms): the loss training minimises (eval: cross-entropy), its detached
+        terms {"ce", "embedding"}; return_logits=False: no logits; no targets: last position's"""
         c = self.config
         x, E, encoder_out = self.hidden_states(idx)
         if targets is None:
@@ -334,19 +308,14 @@ class Transformer(nn.Module):
     def embedding_dissimilarity(self, E, encoder_out):
         """The write-up's embedding loss before its mean over positions: (B, T)."""
         c = self.config
-        if c.embedding_loss not in EMBEDDING_LOSSES:
-            raise flag_error(c, "embedding_loss")
+        check_choices(c, "embedding_loss", "detach", "embedding_ln")  # none: forward calls no loss
         if c.detach == "encoder_out":
             encoder_out = encoder_out.detach()  # only the embeddings learn from this loss
         elif c.detach == "embedding":
             E = E.detach()
-        elif c.detach != "none":
-            raise flag_error(c, "detach")
         # E_ln = LayerNorm_a(E)
         if c.embedding_ln == "init":
             E = self.ln_embed(E)
-        elif c.embedding_ln not in ("none", "avg_cum_sum"):
-            raise flag_error(c, "embedding_ln")
         # E_avg_sum(i) = 1/i * sum_{k<=i} E_ln(k): the cumulative average over T
         embed_avg = cumulative_average(E)
         if c.embedding_ln == "avg_cum_sum":
@@ -419,14 +388,12 @@ class Transformer(nn.Module):
         return norms
 
     def flops_per_token(self, T=None):
-        """Training FLOPs (forward + backward) per token. MFU, the model FLOPs utilisation, is these
-        x tokens/s over the device's peak FLOP/s."""
-        c = self.config
-        T = T or c.context_size
+        """Training FLOPs (forward + backward) per token; MFU: these x tokens/s over peak FLOP/s."""
+        T = T or self.config.context_size
         n_attention = len(self.blocks) + 2 * len(getattr(self, "decoder_blocks", []))
         # 6N: 2 per parameter forward (multiply, add), 4 backward; N: num_params, LayerNorms' few
         # counted as matmul weights. Attention: 12 per width and key (Q K^T, weights x V; 3 passes)
-        return 6 * self.num_params() + 12 * n_attention * c.n_embed * T
+        return 6 * self.num_params() + 12 * n_attention * self.config.n_embed * T
 
     def configure_optimizer(self, weight_decay, learning_rate, betas, device_type):
         """AdamW; weight decay on matmul weights and embeddings, not on LayerNorms' parameters."""
@@ -437,8 +404,7 @@ class Transformer(nn.Module):
 
 
 def get_lr(it, learning_rate, min_lr, warmup_iters, lr_decay_iters, decay_lr=True):
-    """The learning rate of iteration `it` (train.py): a linear warmup to learning_rate, then a
-    cosine decay to min_lr at lr_decay_iters; decay_lr=False: learning_rate throughout."""
+    """Iteration `it`'s learning rate: linear warmup, cosine decay to min_lr at lr_decay_iters."""
     if not decay_lr:
         return learning_rate
     if it < warmup_iters:
@@ -453,13 +419,12 @@ def build_model(config):
     return Transformer(config)
 
 
-# -----------------------------------------------------------------------------
-# The KV cache. Attention is causal, so the keys and values of a position never change: in
-# generation, each step computes only the new token's and takes the earlier ones from the cache, a
-# dict of each Attention's. Past context_size every position shifts: generate starts a new cache.
 
 def cached_keys_values(cache, attention, kv):
-    """Writes the keys / values kv (2, B, nh, T, hs) of T new positions into attention's buffer,
+    """The KV cache: in generation, each step computes only the new token's keys and values.
+    Attention is causal, so the keys and values of a position never change: the cache, a dict of
+    each Attention's, keeps the earlier ones (past context_size every position shifts: generate
+    starts a new cache). Writes kv (2, B, nh, T, hs) of T new positions into attention's buffer,
     (2, B, nh, context_size, hs padded to a multiple of 8) filled in place; returns those so far."""
     hs = kv.size(-1)
     if attention not in cache:
@@ -471,15 +436,13 @@ def cached_keys_values(cache, attention, kv):
     return buffer[..., :end, :]
 
 
-# -----------------------------------------------------------------------------
 # For speed only: the same numbers, sooner
 
 def causal_attention(q, k, v, dropout_p):
     """Causal attention, fused; one query alone (a KV cache's step) sees every key."""
     hs = q.size(-1)
-    # Fused attention runs up to 1.6x slower on head sizes that are not a multiple of 8 (the
-    # write-up's cross-attention: 15); zero columns change no dot product and give zero outputs.
-    # Not while compiling: the compiler picks its own kernel.
+    # up to 1.6x slower on head sizes not a multiple of 8 (the write-up's cross-attention: 15): zero
+    # columns change no dot product, give zero outputs (compiling: the compiler picks its kernel)
     width = k.size(-1) if torch.compiler.is_compiling() else k.size(-1) + -k.size(-1) % 8
     q, k, v = (F.pad(t, (0, width - t.size(-1))) if t.size(-1) < width else t for t in (q, k, v))
     y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=q.size(2) > 1,
@@ -518,11 +481,12 @@ def row_cross_entropy(x, weight, targets, rows=256):
 
 
 class LinearCrossEntropy(torch.autograd.Function):
-    """F.cross_entropy(x @ weight.T, targets, ignore_index=-1) of x (N, C) in chunks of rows (on a
-    CPU 128, in its caches; else 1 GiB of logits), the gradients taken on the way; it compiles."""
+    """F.cross_entropy(x @ weight.T, targets, ignore_index=-1) of x (N, C), never all logits."""
 
     @staticmethod
     def forward(ctx, x, weight, targets, grad_enabled):
+        # the gradients taken on the way, by chunks of rows: on a CPU 128 (in its caches), else
+        # 1 GiB of float32 logits; it compiles
         rows = 128 if x.device.type == "cpu" else max(128, 2 ** 28 // weight.size(0))
         valid = targets != -1
         n = valid.sum().clamp(min=1)
@@ -557,15 +521,13 @@ class LinearCrossEntropy(torch.autograd.Function):
 
 
 def logits_needed(config, device_type, rows=None):
-    """Whether training takes its loss from the (B, T, vocab) logits, or (False) from
-    LinearCrossEntropy, which never holds them: on a CPU with a large vocabulary (measured: it pays
-    at 50257, not at 256), and where a micro-batch's rows (B x T) make over 2^28 float32 logits."""
+    """False: the loss from LinearCrossEntropy, never the logits: on a CPU, a large vocabulary (it
+    pays at 50257, not 256); elsewhere, a micro-batch's rows (B x T) over 2^28 float32 logits."""
     if device_type == "cpu":
         return config.vocab_size < 8192
     return rows is None or rows * config.vocab_size <= 2 ** 28
 
 
-# -----------------------------------------------------------------------------
 # The flags' checks
 
 # every value each dispatch on a flag has a branch for (the embedding losses: EMBEDDING_LOSSES)
@@ -577,74 +539,65 @@ CHOICES = dict(variant=("baseline", "encdec", "parallel"),
                decoder_order=("self_first", "cross_first"))
 
 
-# The encoder-decoders' defaults (in ModelConfig's comments): the write-up's best configuration
+# The write-up's best configuration: the defaults ModelConfig's comments name (and check_flags')
 ENCODER_DECODER_DEFAULTS = dict(n_encoder_layer=lambda c: c.n_layer,
                                 n_decoder_layer=lambda c: c.n_layer,
                                 cross_n_head=lambda c: 2 * c.n_head,
-                                add_pos_embed_to_decoder=False, decoder_order="self_first",
-                                embedding_loss="mse", sub_pos_embed="yes")
+                                add_pos_embed_to_decoder=False, decoder_order="self_first")
 EMBEDDING_LOSS_DEFAULTS = dict(embedding_loss_coeff=8.0, embedding_ln="init", encoder_out_ln=True,
                                detach="encoder_out", embedding_ln_affine=True)
 
 
-def flag_error(config, flag):
-    """The ValueError of a value no branch handles (a config changed after check_flags)."""
-    allowed = ", ".join(CHOICES[flag])
-    return ValueError(f"{flag}={getattr(config, flag)!r} is not allowed: use one of {allowed}")
+def flag_error(config, flag, fix=None):
+    """The ValueError of a flag's value: one no branch handles, or (fix) one that breaks a rule."""
+    fix = fix or "use one of " + ", ".join(CHOICES[flag])
+    return ValueError(f"{flag}={getattr(config, flag)!r} is not allowed: {fix}")
+
+
+def check_choices(config, *flags):
+    for flag in flags:
+        if getattr(config, flag) not in CHOICES[flag]:
+            raise flag_error(config, flag)
 
 
 def check_flags(c):
-    """The one place where a ModelConfig's flags are checked (ValueError naming the flag and the
-    fix) and the variant's defaults filled in."""
-    def fail(flag, allowed):
-        raise ValueError(f"{flag}={getattr(c, flag)!r} is not allowed: {allowed}")
-
-    def choose(*flags):
-        for flag in flags:
-            if getattr(c, flag) not in CHOICES[flag]:
-                raise flag_error(c, flag)
-
-    def fill(defaults):
+    """The one place the flags are checked (ValueError naming flag and fix); defaults set."""
+    def fill(defaults, applies, where=None):  # where they do not apply, only None is allowed
         for flag, default in defaults.items():
-            if getattr(c, flag) is None:
+            if getattr(c, flag) is not None and not applies:
+                raise flag_error(c, flag, f"it applies only {where}")
+            if getattr(c, flag) is None and applies:
                 setattr(c, flag, default(c) if callable(default) else default)
 
-    for flag in ("vocab_size", "context_size", "n_embed", "n_layer", "n_head"):
-        if not isinstance(getattr(c, flag), int) or getattr(c, flag) < 1:
-            fail(flag, "use a positive integer")
-    if c.n_embed % c.n_head:
-        fail("n_head", f"n_embed={c.n_embed} must be divisible by it")
-    if not 0.0 <= c.dropout < 1.0:
-        fail("dropout", "use a value in [0, 1)")
-    choose("variant")
-    if c.variant == "baseline":
-        for flag in ENCODER_DECODER_DEFAULTS:
-            if flag not in ("embedding_loss", "sub_pos_embed") and getattr(c, flag) is not None:
-                fail(flag, "it applies only to variant=encdec or variant=parallel")
-        if c.embedding_loss not in (None, "none"):
-            fail("embedding_loss", "the baseline has no encoder; use variant=encdec or parallel")
-        c.embedding_loss = "none"
-        c.sub_pos_embed = "no" if c.sub_pos_embed is None else c.sub_pos_embed
-    else:
-        fill(ENCODER_DECODER_DEFAULTS)
-    choose("embedding_loss", "sub_pos_embed")
-    if c.embedding_loss == "none":
-        losses = ", ".join(EMBEDDING_LOSSES)
-        for flag in EMBEDDING_LOSS_DEFAULTS:
-            if getattr(c, flag) is not None:
-                fail(flag, f"it applies only with an embedding loss (embedding_loss={losses})")
-    else:
-        fill(EMBEDDING_LOSS_DEFAULTS)
-        choose("embedding_ln", "detach")
-        if not c.embedding_loss_coeff > 0:
-            fail("embedding_loss_coeff", "use a positive number")
-    if c.variant != "baseline":
-        choose("decoder_order")
-        for flag in ("n_encoder_layer", "n_decoder_layer", "cross_n_head"):
+    def positive(*flags):
+        for flag in flags:
             if not isinstance(getattr(c, flag), int) or getattr(c, flag) < 1:
-                fail(flag, "use a positive integer")
+                raise flag_error(c, flag, "use a positive integer")
+
+    positive("vocab_size", "context_size", "n_embed", "n_layer", "n_head")
+    if c.n_embed % c.n_head:
+        raise flag_error(c, "n_head", f"n_embed={c.n_embed} must be divisible by it")
+    if not 0.0 <= c.dropout < 1.0:
+        raise flag_error(c, "dropout", "use a value in [0, 1)")
+    check_choices(c, "variant")
+    encdec = c.variant != "baseline"
+    if not encdec and c.embedding_loss not in (None, "none"):
+        raise flag_error(c, "embedding_loss", "the baseline has no encoder; use variant=encdec")
+    fill(ENCODER_DECODER_DEFAULTS, encdec, "to variant=encdec or variant=parallel")
+    fill(dict(embedding_loss="mse" if encdec else "none", sub_pos_embed="yes" if encdec else "no"),
+         True)
+    check_choices(c, "embedding_loss", "sub_pos_embed")
+    losses = ", ".join(EMBEDDING_LOSSES)
+    fill(EMBEDDING_LOSS_DEFAULTS, c.embedding_loss != "none", f"with an embedding loss ({losses})")
+    if c.embedding_loss != "none":
+        check_choices(c, "embedding_ln", "detach")
+        if not c.embedding_loss_coeff > 0:
+            raise flag_error(c, "embedding_loss_coeff", "use a positive number")
+    if encdec:
+        check_choices(c, "decoder_order")
+        positive("n_encoder_layer", "n_decoder_layer", "cross_n_head")
         if c.variant == "parallel" and c.n_decoder_layer > c.n_encoder_layer:
-            fail("n_decoder_layer", "the parallel decoder runs beside the last encoder layers, "
-                                    f"so use at most n_encoder_layer={c.n_encoder_layer}")
+            raise flag_error(c, "n_decoder_layer", "the parallel decoder runs beside the last "
+                             f"encoder layers, so use at most n_encoder_layer={c.n_encoder_layer}")
         if c.n_embed % c.cross_n_head:
-            fail("cross_n_head", f"n_embed={c.n_embed} must be divisible by it")
+            raise flag_error(c, "cross_n_head", f"n_embed={c.n_embed} must be divisible by it")

@@ -465,7 +465,8 @@ def test_every_config_field_has_a_one_line_meaning_that_names_its_real_default()
     comments = dict(re.findall(r"^    (\w+):[^#]*=[^#]*#\s*(.+)$", inspect.getsource(ModelConfig), re.M))
     assert list(comments) == ModelConfig.flags()
     stands_for = {"n_encoder_layer": "n_layer", "n_decoder_layer": "n_layer", "cross_n_head": "2 x n_head"}
-    for flag, default in {**ENCODER_DECODER_DEFAULTS, **EMBEDDING_LOSS_DEFAULTS}.items():
+    written = {**ENCODER_DECODER_DEFAULTS, **EMBEDDING_LOSS_DEFAULTS, "embedding_loss": "mse", "sub_pos_embed": "yes"}
+    for flag, default in written.items():
         assert getattr(ModelConfig, flag) is None
         assert f"None: {stands_for.get(flag, default)}" in comments[flag]
     c = ModelConfig(n_layer=3, n_head=2, n_embed=8)
