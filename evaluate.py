@@ -42,9 +42,10 @@ import torch
 from configurator import add_flag, argument_parser
 from data import find_dataset, generated_task, get_tokenizer, gpt2_encoding, prepare_hint
 from data import read_articles, read_meta, window_losses, window_starts, without_nul
+from machinery.checkpoints import check_same_data, trained_meta
 from machinery.hardware import pick_device
 from machinery.process import fail, on_ctrl_c
-from machinery.run_files import check_same_data, load_checkpoint, trained_meta
+from machinery.run_files import load_checkpoint
 from model import ModelConfig, build_model
 
 # -----------------------------------------------------------------------------

@@ -22,7 +22,8 @@ from urllib3.util import Retry
 
 from configurator import add_flag, argument_parser
 from data import generated_task, get_tokenizer, read_articles, split_wikitext, without_nul
-from machinery.files import claim_folder, hold_folder, release_folder, write_atomic, write_error
+from machinery.file_errors import write_error
+from machinery.files import claim_folder, hold_folder, release_folder, write_atomic
 from machinery.process import fail, on_ctrl_c
 
 TRAIN_DEFAULT = "wikitext103"  # train.py's default --dataset, what no flags prepare

@@ -19,9 +19,10 @@ import torch
 
 from configurator import add_flag, argument_parser
 from data import find_dataset, generated_task, get_tokenizer, prepare_hint, read_meta
+from machinery.checkpoints import trained_meta
 from machinery.hardware import pick_device
 from machinery.process import fail, on_ctrl_c
-from machinery.run_files import load_checkpoint, trained_meta
+from machinery.run_files import load_checkpoint
 from model import ModelConfig, build_model
 
 on_ctrl_c("stopped sampling", lower="--num_samples or --max_new_tokens")

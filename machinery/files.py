@@ -1,21 +1,17 @@
-"""
-Files written whole, and folders held by one process: a crash, a full disk or a second process
-never leaves a half-written checkpoint, log or dataset behind.
-"""
+"""Files written whole, and folders held by one process: no half-written file is left behind."""
 import atexit
-import errno
 import glob
 import os
 import re
-import shutil
+import tempfile
 import time
 import warnings
+from contextlib import suppress
 
 with warnings.catch_warnings():  # without fcntl: "only soft file lock", which hold_folder says
     warnings.simplefilter("ignore")
     import filelock  # locks a folder on POSIX and Windows (torch installs it)
-
-from machinery.process import fail
+_held = {}  # the folders this process holds (real paths) and their locks
 
 
 def temporary_path(path):  # where write_atomic writes first: a name no one else's file has
@@ -23,175 +19,89 @@ def temporary_path(path):  # where write_atomic writes first: a name no one else
 
 
 def write_atomic(path, data, on_error=None):
-    """Write data (bytes, or a function of the open file) into a temporary file, then rename it over
-    path: a crash or a full disk leaves the previous file whole. A failed write calls
-    on_error(path, error, size), or stops with one line."""
-    size = None if callable(data) else len(data)
-    tmp = temporary_path(path)
+    """Write data (bytes, or a function of a file) whole, or call on_error(path, error, size)."""
     try:
-        with open(tmp, "wb") as f:
+        with open(temporary_path(path), "wb") as f:
             data(f) if callable(data) else f.write(data)
-        os.replace(tmp, path)
+        os.replace(temporary_path(path), path)
     except BaseException as e:  # also Ctrl-C
-        if os.path.lexists(tmp):
-            os.remove(tmp)
-        if not isinstance(e, OSError):
-            raise
-        if on_error:
-            on_error(path, e, size)
-        fail(f"could not write {path}: {write_error(path, e, size)}")
+        from machinery.file_errors import write_failed
+        write_failed(path, e, data, on_error)
 
 
-def write_error(path, error, size=None):
-    """Why a write failed, and what to do: a full disk says the room there is and was needed."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if error.errno == errno.ENOSPC:
-        free = shutil.disk_usage(folder).free if os.path.isdir(folder) else 0
-        need = f"; the file needs {size / 1e6:.1f} MB" if size else ""
-        return (f"the disk holding {folder} is full ({free / 1e6:.1f} MB free{need}): "
-                f"free some space there, or write elsewhere")
-    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return f"{folder} is not writable ({error.strerror}): make it writable, or write elsewhere"
-    return f"{error.strerror or error}; check {folder}"
-
-
-def remove_stale_temporaries(folder):
-    """Remove the temporary files of writes killed in folder; any other file (notes.tmp) stays."""
-    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-        path = os.path.join(folder, name)
-        if re.fullmatch(r".+\.\d+\.partial", name) and os.path.isfile(path):
-            os.remove(path)
-            print(f"removed {path}, left by an interrupted write")
-
-
-def folder_chain(folder):
-    """folder and the folders it lies in, outermost first: a/b/c -> a, a/b, a/b/c."""
-    chain = []
-    path = os.path.normpath(folder)
-    # dirname stops at "" (a relative path) or at the root, its own dirname
-    while path and path not in chain:
-        chain.append(path)
-        path = os.path.dirname(path)
+def folder_chain(folder):  # folder and the folders it lies in, outermost first: a, a/b, a/b/c
+    chain = [os.path.normpath(folder)]
+    while os.path.dirname(chain[-1]) not in ("", chain[-1]):  # a relative path's top, or the root
+        chain.append(os.path.dirname(chain[-1]))
     return chain[::-1]
 
 
 def make_folder(folder, what="--out_dir"):
-    """Create folder (and its parents) for writing, or stop with one line saying why it cannot be.
-    Returns the outermost folder it created, or None."""
-    try:
-        folder.encode("utf-8")
-    except UnicodeEncodeError:  # bytes that are not UTF-8 arrive from the command line so
-        fail(f"{what}={folder!r} is not a UTF-8 name; choose a name of UTF-8 text, e.g. letters, "
-             f"digits, '_' and '-'")
-    for path in folder_chain(folder):
-        if os.path.islink(path) and not os.path.exists(path):
-            fail(f"{what}={folder}: {path} is a broken link, to {os.readlink(path)}, which does "
-                 f"not exist; create that folder, or choose another {what}")
+    """Create folder for writing, or stop with one line; returns the outermost folder it created."""
     created = next((path for path in folder_chain(folder) if not os.path.lexists(path)), None)
     try:
+        folder.encode("utf-8")  # bytes that are not UTF-8 arrive from the command line so
         os.makedirs(folder, exist_ok=True)
-        probe = os.path.join(folder, f".write_test_{os.getpid()}")
-        open(probe, "wb").close()
-        os.remove(probe)
-    except FileExistsError:
-        fail(f"{what}={folder} is a file, not a folder; choose another {what}")
-    except NotADirectoryError:
-        fail(f"{what}={folder} lies under a file, not a folder; choose another {what}")
-    except OSError as e:
-        fail(f"cannot write in {what}={folder}: {write_error(os.path.join(folder, 'x'), e)}")
+        tempfile.TemporaryFile(dir=folder).close()  # a file can be written there
+    except (OSError, UnicodeEncodeError) as e:
+        from machinery.file_errors import cannot_make
+        cannot_make(folder, what, e)
     return created
 
 
-def remove_empty_folders(folder, created):
-    """Remove folder and those around it up to `created` (make_folder's answer), each if empty."""
+def remove_empty_folders(folder, created):  # up to `created` (make_folder's answer), if empty
     chain = folder_chain(folder)
     for path in reversed(chain[chain.index(created):] if created else []):
-        try:
+        with suppress(OSError):  # not empty
             os.rmdir(path)
-        except OSError:  # not empty
-            return
 
 
 def hold_folder(folder, what, shared=False):
-    """Hold folder for this process alone: filelock's lock on folder/.held, which ends with the
-    process, even by kill -9; a second process stops with one line saying who holds it (the note of
-    note_holder). shared: readers (runs on a dataset) each hold folder/.held.<pid>, and stop one
-    that would hold it alone. Without locks, a reader goes on, and a holder with a warning."""
+    """Hold folder till this process ends, alone or (shared) as a reader; or stop in one line."""
     if os.path.realpath(folder) in _held:
         return
-    taken = []
+    held = os.path.join(folder, ".held")  # a filelock: the writer's; each reader's: .held.<pid>
+    others = [held] if shared else glob.glob(glob.escape(held) + ".*")
+    lock = filelock.FileLock(f"{held}.{os.getpid()}" if shared else held, timeout=0)
     try:
-        if filelock.FileLock is filelock.SoftFileLock:  # a lock file a kill -9 leaves behind
-            raise OSError(errno.ENOLCK, "this system has no fcntl locks")
-        # shared: a writer holding it already; alone: the readers holding it already
-        others = glob.glob(os.path.join(glob.escape(folder), ".held.*"))
-        others = [os.path.join(folder, ".held")] if shared else others
-        for path in [os.path.join(folder, f".held.{os.getpid()}" if shared else ".held"), *others]:
-            # a reader waits out the moment another reader looks at the writer's lock
-            taken.append(take(path, timeout=5 if shared and path in others else 0))
-    except filelock.Timeout:  # before OSError: it is one
-        for lock in taken:
-            let_go(lock)
-        fail(f"{folder} is in use by {holders(folder)}; wait for it to finish, or use another "
-             f"{what}")
-    except (OSError, NotImplementedError) as e:
-        reason = getattr(e, "strerror", None) or type(e).__name__
-        if reason != "this system has no fcntl locks":
-            reason += ": its file system has no locks, e.g. NFS without lockd"
-        return None if shared else cannot_lock(folder, what, reason)
-    for other in taken[1:]:  # a writer's lock just tried, or a reader's of a process that ended
-        let_go(other)
-    _held[os.path.realpath(folder)] = taken[0]
-    atexit.register(let_go, taken[0])
-
-
-def take(path, timeout=0):
-    """The lock of path, within timeout seconds (filelock.Timeout where another holds it)."""
-    lock = filelock.FileLock(path, timeout=timeout)
-    lock.acquire()
-    return lock
+        if filelock.FileLock is filelock.SoftFileLock:  # its lock files outlive a kill -9
+            raise NotImplementedError("this system has no fcntl locks")
+        lock.acquire()
+        for other in [filelock.FileLock(path, timeout=5 * shared) for path in others]:
+            other.acquire()  # held by no one (a reader waits out another's look at the writer's)
+            let_go(other)  # and a reader's lock file of a process that ended is removed
+    except (OSError, NotImplementedError) as e:  # filelock.Timeout too: another holds it
+        from machinery.file_errors import cannot_hold
+        return cannot_hold(folder, what, shared, lock, e)
+    _held[os.path.realpath(folder)] = lock
+    atexit.register(let_go, lock)
 
 
 def let_go(lock):  # release a lock, and remove its file
-    if not lock.is_locked:  # let go of already (release_folder)
-        return
-    lock.release()
-    if os.path.exists(lock.lock_file):
-        os.remove(lock.lock_file)
+    if lock.is_locked:  # not let go of already (release_folder)
+        lock.release()
+        with suppress(FileNotFoundError):
+            os.remove(lock.lock_file)
 
 
-def holders(folder):
-    """Who holds folder, from its notes (note_holder): 'pid 12 (train.py ..., since ...)'."""
-    notes = []
-    for name in sorted(os.listdir(folder)):
-        if re.fullmatch(r"\.lock(\.\d+)?", name):
-            try:
-                with open(os.path.join(folder, name)) as f:
-                    notes.append(f.read().strip())
-            except OSError:
-                continue
-    return " and ".join(notes) or "another process"
-
-
-def cannot_lock(folder, what, reason):
-    """hold_folder's one line where it cannot hold folder: the run goes on, unguarded."""
-    print(f"warning: {folder} cannot be locked ({reason}), so nothing stops a second process from "
-          f"writing there at the same time: run one at a time in this {what}", flush=True)
-
-
-def note_holder(folder, command, shared=False):
-    """Write who holds folder into folder/.lock (shared: .lock.<pid>), for a second process's
-    message; removed when this process exits."""
+def note_holder(folder, command, shared=False):  # who holds it, in .lock (.lock.<pid>) if it can
     path = os.path.join(folder, f".lock.{os.getpid()}" if shared else ".lock")
-    try:
-        with open(path, "w", encoding="utf-8", errors="backslashreplace") as f:  # any command line
-            f.write(f"pid {os.getpid()} ({command}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n")
-    except OSError:  # a full disk, a read-only dataset: the lock holds all the same
-        pass
+    with suppress(OSError), open(path, "w", encoding="utf-8", errors="backslashreplace") as f:
+        f.write(f"pid {os.getpid()} ({command}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n")
     atexit.register(lambda: os.path.exists(path) and os.remove(path))
 
 
-_held = {}  # the folders this process holds (real paths) and their locks
+def claim_folder(folder, command, held_as="--out_dir", hold=True):
+    """Make, hold (hold=False: held already) and note the folder a run or preparation writes in."""
+    created = make_folder(folder)
+    atexit.register(remove_empty_folders, folder, created)
+    if hold:
+        hold_folder(folder, held_as)
+    note_holder(folder, command)
+    for name in sorted(os.listdir(folder)):  # the temporary files of killed writes; notes.tmp stays
+        if re.fullmatch(r".+\.\d+\.partial", name) and os.path.isfile(os.path.join(folder, name)):
+            os.remove(os.path.join(folder, name))
+            print(f"removed {os.path.join(folder, name)}, left by an interrupted write")
 
 
 def release_folder(folder):
@@ -202,14 +112,3 @@ def release_folder(folder):
         let_go(lock)
     if os.path.exists(os.path.join(folder, ".lock")):
         os.remove(os.path.join(folder, ".lock"))
-
-
-def claim_folder(folder, command, held_as="--out_dir", hold=True):
-    """Make the folder a run or a preparation writes in (none is left empty), hold it (hold=False:
-    held already), note who holds it (command), remove the temporary files of killed writes."""
-    created = make_folder(folder)
-    atexit.register(remove_empty_folders, folder, created)
-    if hold:
-        hold_folder(folder, held_as)
-    note_holder(folder, command)
-    remove_stale_temporaries(folder)

@@ -1,18 +1,13 @@
-"""
-A run's folder, <out_dir>: ckpt.pt (the model, optimizer, settings, the records logged so far) and
-log.jsonl (one JSON record per evaluation). train.py calls resume, start and save.
-"""
+"""A run's folder: ckpt.pt (model, optimizer, settings, log so far) and log.jsonl (its records)."""
 import io
 import json
 import math
 import os
-import sys
-import zipfile
 
 import torch
 
 from machinery import distributed
-from machinery.files import claim_folder, hold_folder, write_atomic, write_error
+from machinery.files import claim_folder, hold_folder, write_atomic
 from machinery.process import fail
 
 
@@ -20,6 +15,7 @@ def resume(out_dir, asked, user_set, master):
     """The checkpoint a resumed run goes on from, and the settings it restores (every one not set on
     the command line or in a config file). asked: the dataset and seed the run was given. Its
     "log" becomes the records its run logged up to it (older checkpoints: those of log.jsonl)."""
+    from machinery.checkpoints import checkpoint_log, read_checkpoint
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
     if not os.path.exists(ckpt_path):
         fail(f"no checkpoint at {ckpt_path} to resume from; train with --init_from=scratch "
@@ -42,19 +38,13 @@ def resume(out_dir, asked, user_set, master):
 
 
 def start(checkpoint, model, optimizer, scaler, settings, meta, command, prepare_hint):
-    """Start the run in settings["out_dir"]: a resume (checkpoint) checked against the model and the
-    data (meta; prepare_hint: data's, for the message), ended if finished, its changes noted; the
-    folder held ("in use" first), from scratch refused where it holds an earlier run; W&B started;
-    the log begun; the states restored. Returns (iter_num, best_val_loss, tokens seen, grad_norm,
-    the records logged, the W&B run or None)."""
+    """Claim settings["out_dir"] (a fresh run refused where an earlier run is), start W&B, resume
+    the checkpoint. Returns (iter_num, best_val_loss, tokens, grad_norm, the log, W&B run)."""
     out_dir = settings["out_dir"]
     master = int(os.environ.get("RANK", 0)) == 0
-    if checkpoint is not None:
-        check_resumable(checkpoint, model.config, settings)
-        if meta:  # the same tokens and text as the run so far (a generated task has none)
-            check_same_data(checkpoint, meta, settings["dataset"], training=True, hint=prepare_hint)
-        exit_if_finished(checkpoint, settings["max_iters"], out_dir, master)
-        note_changes(checkpoint, settings, master)
+    if checkpoint is not None:  # against the model and the data (meta); a finished run ends here
+        from machinery import checkpoints
+        checkpoints.check_resume(checkpoint, model.config, settings, meta, prepare_hint, master)
     run = None
     with distributed.stop_together():
         if master:  # one process at a time in out_dir; a resume holds it already
@@ -63,26 +53,22 @@ def start(checkpoint, model, optimizer, scaler, settings, meta, command, prepare
                 check_fresh(out_dir)
             run = start_wandb(settings, checkpoint) if settings["wandb_log"] else None
             if checkpoint is not None:
-                rebuild_log(out_dir, checkpoint)
-            elif os.path.exists(os.path.join(out_dir, "ckpt.pt")):  # --overwrite=True
-                os.remove(os.path.join(out_dir, "ckpt.pt"))
-            if checkpoint is None and os.path.exists(os.path.join(out_dir, "log.jsonl")):
-                os.remove(os.path.join(out_dir, "log.jsonl"))
+                checkpoints.rebuild_log(out_dir, checkpoint)
+            for name in ("ckpt.pt", "log.jsonl") if checkpoint is None else ():  # --overwrite
+                if os.path.exists(os.path.join(out_dir, name)):
+                    os.remove(os.path.join(out_dir, name))
     if checkpoint is None:
         return 0, float("inf"), 0, None, [], run
-    restore(checkpoint, model, optimizer, scaler, master)
-    grad_norm = checkpoint.get("grad_norm")  # of the step before it, for the next evaluation
-    return (checkpoint["iter_num"], checkpoint["best_val_loss"], tokens_trained(checkpoint),
-            None if grad_norm is None else torch.tensor(grad_norm), checkpoint["log"], run)
+    return *checkpoints.restore(checkpoint, model, optimizer, scaler, master), run
 
 
 def save(out_dir, record, checkpoint, saved_iter, resume_command):
-    """Append rank 0's evaluation record to the log and write its checkpoint (either may be None); a
-    failed write stops every process, with one line saying what is kept. Returns the iteration of
-    the checkpoint on disk, in every process (one whose peer dies names it)."""
+    """Append rank 0's evaluation record to log.jsonl and write its checkpoint (either may be None)
+    or stop every process; returns, in every process, the iteration of the checkpoint on disk."""
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
 
-    def failed(path, error, size=None):
+    def failed(path, error, size=None):  # one line: what is kept, and how to go on
+        from machinery.file_errors import write_error
         kept, then = "no checkpoint was saved yet", "then start again"
         if saved_iter is not None:
             kept = f"the checkpoint {ckpt_path} (iteration {saved_iter}) is kept"
@@ -90,19 +76,24 @@ def save(out_dir, record, checkpoint, saved_iter, resume_command):
         fail(f"could not write {path}: {write_error(path, error, size)}; {kept}, {then}")
     with distributed.stop_together():
         if record is not None:
-            bad = [f"{k}={v}" for k, v in record.items()
-                   if k.endswith("loss") and v is not None and not math.isfinite(v)]
-            if bad:
-                stop_non_finite(", ".join(bad), record["iter"], ckpt_path)
-            append_log(os.path.join(out_dir, "log.jsonl"), record, failed)
+            losses = {k: v for k, v in record.items() if k.endswith("loss") and v is not None}
+            if not all(map(math.isfinite, losses.values())):
+                stop_non_finite(losses, record["iter"], ckpt_path)
+            try:  # a line cut short by a full disk is dropped at the next resume
+                with open(os.path.join(out_dir, "log.jsonl"), "a") as f:
+                    f.write(json.dumps(record) + "\n")
+            except OSError as e:
+                failed(os.path.join(out_dir, "log.jsonl"), e)
         if checkpoint is not None:
-            checkpoint["rng"] = rng_states(next(iter(checkpoint["model"].values())).device.type)
+            checkpoint["rng"] = {"cpu": torch.get_rng_state(), "cuda": None, "mps": None}
+            device_type = next(iter(checkpoint["model"].values())).device.type
+            if device_type in ("cuda", "mps"):  # a resume draws as this run would
+                checkpoint["rng"][device_type] = getattr(torch, device_type).get_rng_state()
             buffer = io.BytesIO()  # torch's zip writer turns a full disk into an unclear error
             torch.save(checkpoint, buffer)
             write_atomic(ckpt_path, buffer.getbuffer(), on_error=failed)
             saved_iter = checkpoint["iter_num"]
-    # rank 0's, told to every process
-    master = int(os.environ.get("RANK", 0)) == 0
+    master = int(os.environ.get("RANK", 0)) == 0  # rank 0's, told to every process
     saved = round(distributed.all_sum(saved_iter + 1 if master and saved_iter is not None else 0))
     return saved - 1 if saved else None
 
@@ -112,13 +103,12 @@ def check_finite(loss, iter_num, out_dir):
     loss = distributed.all_sum(loss)
     with distributed.stop_together():
         if int(os.environ.get("RANK", 0)) == 0 and not math.isfinite(loss):
-            stop_non_finite(f"loss={loss}", iter_num, os.path.join(out_dir, "ckpt.pt"))
-
-# -----------------------------------------------------------------------------
-# the errors and notes off the way of a run that goes well
+            stop_non_finite({"loss": loss}, iter_num, os.path.join(out_dir, "ckpt.pt"))
 
 
-def stop_non_finite(what, iter_num, ckpt_path):
+
+def stop_non_finite(losses, iter_num, ckpt_path):
+    what = ", ".join(f"{k}={v}" for k, v in losses.items() if not math.isfinite(v))
     fail(f"non-finite {what} at iteration {iter_num}: stopped; the last good checkpoint "
          f"{ckpt_path} is kept. Lower --learning_rate or raise --warmup_iters")
 
@@ -135,99 +125,6 @@ def check_fresh(out_dir):
     if os.path.exists(log_path):
         fail(f"{log_path} holds the log of an earlier run; train in another --out_dir, or replace "
              f"it with --overwrite=True")
-
-
-def check_resumable(checkpoint, config, settings):
-    """The model config asked for must be the checkpoint's."""
-    saved = checkpoint["model_config"]
-    diffs = [(k, v, getattr(config, k)) for k, v in saved.items() if getattr(config, k) != v]
-    if not diffs:
-        return
-    hint = ""
-    if "vocab_size" in [d[0] for d in diffs]:
-        hint = (f" (vocab_size comes from data/{settings['dataset']}/meta.json: prepare it as for "
-                f"training)")
-    ckpt_path = os.path.join(settings["out_dir"], "ckpt.pt")
-    fail(f"{ckpt_path} was trained with {', '.join(f'{k}={v!r}' for k, v, _ in diffs)}, but this "
-         f"run asks for {', '.join(f'{k}={new!r}' for k, _, new in diffs)}; drop those flags to "
-         f"resume{hint}")
-
-
-def exit_if_finished(checkpoint, max_iters, out_dir, master):
-    """A resume of a run that has trained max_iters steps and evaluated the last: say so, and how to
-    train it further, and end."""
-    iter_num = checkpoint["iter_num"]
-    logged = checkpoint["log"]
-    if iter_num < max_iters or not (logged and logged[-1]["iter"] == iter_num):
-        return
-    if master:
-        print(f"{out_dir} holds a finished run: {iter_num} of max_iters={max_iters} iterations, "
-              f"evaluated; to train it further, resume with a larger --max_iters, e.g. "
-              f"--max_iters={2 * iter_num or 100}")
-    sys.exit(0)
-
-
-def note_changes(checkpoint, settings, master):
-    """A resume with other settings goes on, saying what that changes: another device, precision or
-    compile makes the losses differ a little from an unbroken run's; another batch_size or
-    eval_iters evaluates other sequences from here on; another gradient_accumulation_steps trains
-    on other steps."""
-    saved = checkpoint["train_config"]
-    if not master:
-        return
-    notes = {("device", "dtype", "compile"): "the losses will differ a little from an unbroken "
-                                             "run's",
-             ("batch_size", "eval_iters"): "its evaluations are of other sequences from here on "
-                                           "(an evaluation batch is batch_size sequences)",
-             ("gradient_accumulation_steps",): "its steps are of other sequences from here on (a "
-                                               "step is batch_size x gradient_accumulation_steps "
-                                               "sequences)"}
-    for keys, what in notes.items():
-        changed = [k for k in keys if k in saved and settings[k] != saved[k]]
-        if changed:
-            now = ", ".join(f"{k}={settings[k]!r}" for k in changed)
-            then = ", ".join(f"{k}={saved[k]!r}" for k in changed)
-            print(f"note: resuming with {now}, not the checkpoint's {then}: {what}", flush=True)
-
-
-def restore(checkpoint, model, optimizer, scaler, master):
-    """Load the weights, the optimizer's moments, the float16 scale and the random state into a
-    resumed run's objects; a checkpoint without the optimizer's state or the random state (one
-    written by other code) goes on without it, saying so."""
-    model.load_state_dict(checkpoint["model"])
-    lost = [what for key, what in (("optimizer", "the optimizer's moments (AdamW starts them "
-                                                 "again)"),
-                                   ("rng", "the random state (dropout draws from the seed)"))
-            if not checkpoint.get(key)]
-    if checkpoint.get("optimizer"):
-        optimizer.load_state_dict(checkpoint["optimizer"])
-    if scaler.is_enabled() and checkpoint.get("scaler"):  # a resumed float16 run stays exact
-        scaler.load_state_dict(checkpoint["scaler"])
-    rng = checkpoint.get("rng") or {}
-    if rng.get("cpu") is not None:
-        torch.set_rng_state(rng["cpu"].cpu())
-    device_type = next(model.parameters()).device.type
-    if device_type in ("cuda", "mps") and rng.get(device_type) is not None:
-        getattr(torch, device_type).set_rng_state(rng[device_type].cpu())
-    if lost and master:
-        print(f"note: the checkpoint has no {' and no '.join(lost)}: the losses will differ a "
-              f"little from an unbroken run's", flush=True)
-
-
-def rng_states(device_type):
-    """The random states a checkpoint keeps, for a resume that draws as an unbroken run would."""
-    return {"cpu": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None,
-            "mps": torch.mps.get_rng_state() if device_type == "mps" else None}
-
-
-def tokens_trained(checkpoint):
-    """The tokens trained on so far, carried over: a resume may change batch_size (older
-    checkpoints do not say: computed)."""
-    saved = checkpoint["train_config"]
-    per_iter = (saved["gradient_accumulation_steps"] * saved["batch_size"]
-                * checkpoint["model_config"]["context_size"])
-    return checkpoint.get("tokens", checkpoint["iter_num"] * per_iter)
 
 
 def start_wandb(settings, checkpoint):
@@ -250,60 +147,23 @@ def start_wandb(settings, checkpoint):
              f"offline with WANDB_MODE=offline, or train without it: --wandb_log=False")
     return run  # its id is saved in the checkpoints: a resume goes on in this W&B run
 
-# -----------------------------------------------------------------------------
-# the checkpoint, read by train.py, sample.py and evaluate.py
-
 
 def load_checkpoint(out_dir, device="cpu", fix="use another run's --out_dir", build=None):
     """(checkpoint dict, model with its weights on device, in eval mode) of out_dir/ckpt.pt, or one
     line saying what is wrong. build: the model of a model_config dict, e.g.
     `lambda c: build_model(ModelConfig(**c))` (model.py)."""
+    from machinery.checkpoints import read_checkpoint
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
     if not os.path.exists(ckpt_path):
         fail(f"no checkpoint at {ckpt_path}; train one with train.py --out_dir={out_dir}, "
              f"or point --out_dir at a run's folder")
     checkpoint = read_checkpoint(ckpt_path, device, fix)
-    if build is None:  # leftover until sample.py and evaluate.py pass build
-        from model import ModelConfig, build_model
-
-        def build(config):
-            return build_model(ModelConfig(**config))
     try:
         model = build(checkpoint["model_config"])
         model.load_state_dict(checkpoint["model"])
     except Exception as e:
         fail(f"checkpoint {ckpt_path} is unreadable ({type(e).__name__}); {fix}")
     return checkpoint, model.to(device).eval()
-
-
-def read_checkpoint(ckpt_path, device, fix):
-    """The checkpoint dict at ckpt_path, or one line where it is damaged or unreadable."""
-    damaged = damaged_record(ckpt_path)
-    if damaged:
-        fail(f"checkpoint {ckpt_path} is damaged: its record {damaged} fails its CRC-32 check (a "
-             f"disk or copy error); {fix}")
-    try:
-        checkpoint = torch.load(ckpt_path, map_location=device, weights_only=True)  # no code run
-        checkpoint["model"].items()
-        dict(**checkpoint["model_config"])
-        checkpoint["train_config"]["dataset"]  # every reader needs them
-    except Exception as e:
-        fail(f"checkpoint {ckpt_path} is unreadable ({type(e).__name__}); {fix}")
-    return checkpoint
-
-
-def damaged_record(path):
-    """The first record of the checkpoint (a zip file) whose bytes fail their CRC-32, which
-    torch.load does not check; None where all are whole or the file is no zip (torch.load then says
-    it cannot read it)."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            return archive.testzip()
-    except (zipfile.BadZipFile, OSError, EOFError):
-        return None
-
-# -----------------------------------------------------------------------------
-# the log: log.jsonl, and the records a checkpoint carries
 
 
 def read_log(path):
@@ -327,185 +187,3 @@ def read_log(path):
             return records, True
         records.append(record)
     return records, False
-
-
-def append_log(path, record, on_error):
-    """Append one record to a run's log.jsonl; a line cut short by a full disk is dropped at the
-    next resume."""
-    try:
-        with open(path, "a") as f:
-            f.write(json.dumps(record) + "\n")
-    except OSError as e:
-        on_error(path, e)
-
-
-def same(a, b):
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
-
-
-def checkpoint_log(path, checkpoint, ckpt_path):
-    """The records a resumed run has logged up to its checkpoint: those the checkpoint carries
-    (older checkpoints carry none: then those of the log at path), after checking that the log at
-    path is that run's, in which every evaluation both hold is the same. Another run's checkpoint
-    in the folder stops with one line, the log untouched."""
-    records = read_log(path)[0]
-    iter_num = checkpoint["iter_num"]
-    carried = checkpoint.get("log")
-    if carried is None:
-        return [r for r in records if r["iter"] <= iter_num]
-    theirs = {r["iter"]: r for r in carried}
-    for record in records:  # another run's checkpoint: no record of an iteration it carries matches
-        it = record["iter"]
-        if it in theirs and not any(same(r, theirs[it]) for r in records if r["iter"] == it):
-            losses = [r.get("val_loss") for r in (theirs[it], record)]
-            losses = [f"{x:.4f}" if isinstance(x, float) else repr(x) for x in losses]
-            fail(f"{ckpt_path} (iteration {iter_num}) is not the checkpoint of the run logged in "
-                 f"{path}: their evaluations at iteration {it} differ (val loss {losses[0]} and "
-                 f"{losses[1]}); put the run's own {os.path.basename(ckpt_path)} back, or resume "
-                 f"this one in a folder of its own")
-    return list(carried)
-
-
-def rebuild_log(out_dir, checkpoint):
-    """A resume leaves in log.jsonl exactly the records its checkpoint carries: those logged after
-    it set aside into log.jsonl.after<iteration>, any other (another run's, one written twice)
-    into log.jsonl.aside, a torn last line dropped, and the records the log has lost written
-    back, each said in one line."""
-    path = os.path.join(out_dir, "log.jsonl")
-    iter_num, carried = checkpoint["iter_num"], checkpoint["log"]
-
-    def failed(path, error, size=None):  # the log before stays whole
-        fail(f"could not write {path}: {write_error(path, error, size)}; the checkpoint "
-             f"{os.path.join(out_dir, 'ckpt.pt')} (iteration {iter_num}) is kept, continue with "
-             f"`python train.py --out_dir={out_dir} --init_from=resume`")
-    records, torn = read_log(path)
-    if torn:
-        print(f"{path}: dropped its last line, cut short by a crash or a full disk")
-    later = [r for r in records if r["iter"] > iter_num]
-    # those evaluations come again; the first ones are kept beside the log, never lost
-    set_aside(path, f"{path}.after{iter_num}", later, failed, f"kept its records up to iteration "
-              f"{iter_num}, the checkpoint's; set aside", "later ")
-    missing = list(carried)  # the checkpoint's records the log has not (yet) shown
-    foreign = []
-    for record in records:
-        match = next((r for r in missing if same(r, record)), None)
-        if match is not None:
-            missing.remove(match)
-        elif record["iter"] <= iter_num:
-            foreign.append(record)
-    set_aside(path, f"{path}.aside", foreign, failed, "set aside", "",
-              " its checkpoint does not carry", ": another run's, or written twice")
-    if later or torn or foreign or missing:
-        write_atomic(path, "".join(json.dumps(r) + "\n" for r in carried).encode(), failed)
-    if missing:
-        print(f"{path}: wrote back {len(missing)} record(s) it had lost (iteration(s) "
-              f"{', '.join(str(r['iter']) for r in missing)}) from the checkpoint, which carries "
-              f"them")
-
-
-def set_aside(path, aside, records, on_error, did, which, what="", why=""):
-    """Add records to the file aside (kept, never lost), and say so in one line."""
-    if not records:
-        return
-    before = open(aside, encoding="utf-8").read() if os.path.exists(aside) else ""
-    lines = [json.dumps(r) + "\n" for r in records]
-    new = "".join(line for line in lines if line not in before)
-    write_atomic(aside, (before + new).encode(), on_error)
-    s = "s" * (len(records) > 1)
-    print(f"{path}: {did} {len(records)} {which}record{s}{what} (iteration{s} "
-          f"{', '.join(str(r['iter']) for r in records)}) in {aside}{why}")
-
-
-# -----------------------------------------------------------------------------
-# provenance: the checkpoint's model and the data it was trained on
-
-
-def check_same_data(checkpoint, meta, dataset, training=False, data_dir=None, hint=None):
-    """Stop with one line when data/<dataset> (or data_dir) is not what the checkpoint's model was
-    trained on: another tokenizer or token numbering (evaluating or sampling would use the wrong
-    mapping), or, to resume training or evaluate a split (training=True), other text. hint:
-    data.prepare_hint, for the command that prepares it again."""
-    trained = checkpoint.get("dataset_meta") or {}  # older checkpoints do not say
-    keys = ["tokenizer", "vocab_size", "compact_vocab"]
-    keys += ["train_token_sum", "val_token_sum"] * training
-    changed = [key for key in keys if key in trained and trained.get(key) != meta.get(key)]
-    if changed:
-        text_only = set(changed) <= {"train_token_sum", "val_token_sum"}
-        what = "its text" if text_only else "its tokens"
-        if hint is None:  # leftover until evaluate.py passes hint
-            from data import prepare_hint as hint
-        command = hint(dataset, trained.get("tokenizer", "gpt2"), "compact_vocab" in trained)
-        fail(f"{data_dir or 'data/' + dataset} was prepared again since this model was trained on "
-             f"it ({what} differ: {', '.join(changed)}); prepare it as it was for training: "
-             f"{command}")
-
-
-def check_tokenizer_record(meta, checkpoint, where, fix):
-    """Stop with one line where a tokenizer record (the dataset_meta a checkpoint carries, or a
-    dataset's meta.json) cannot be that of the checkpoint's model: a tokenizer other than gpt2 or
-    byte, a compact vocabulary that is not distinct GPT-2 ids with end-of-text among them, or a
-    number of token ids other than the model's vocab_size (more, or fewer where the run did not set
-    vocab_size itself). where: the record's file; fix: what to do."""
-    vocab_size = checkpoint["model_config"]["vocab_size"]
-    set_by_user = checkpoint["train_config"].get("vocab_size")
-    tokenizer = meta.get("tokenizer") if type(meta) is dict else None
-    compact = meta.get("compact_vocab") if type(meta) is dict else None
-    eot = 0 if tokenizer == "byte" else 50256
-    problem = None
-    if tokenizer not in ("gpt2", "byte"):
-        problem = f"names the tokenizer {tokenizer!r}, not gpt2 or byte"
-    elif compact is not None and tokenizer != "gpt2":
-        problem = (f"has a compact_vocab, which renumbers gpt2 tokens, beside the {tokenizer} "
-                   f"tokenizer")
-    elif compact is not None and not (type(compact) is list and len(set(compact)) == len(compact)
-                                      and all(type(i) is int and 0 <= i < 50257 for i in compact)):
-        problem = "has a compact_vocab that is not a list of distinct GPT-2 token ids"
-    elif compact is not None and eot not in compact:
-        problem = "has a compact_vocab without the end-of-text token (GPT-2 id 50256)"
-    else:
-        n = len(compact) if compact else (256 if tokenizer == "byte" else 50257)
-        eot_id = compact.index(eot) if compact else eot
-        what = f"the {tokenizer} tokenizer has {n} tokens"
-        if compact:
-            what = f"its compact vocabulary has {n} tokens"
-        if meta.get("vocab_size", n) != n:
-            problem = f"says vocab_size={meta['vocab_size']!r}, but {what}"
-        elif meta.get("eot_token", eot_id) != eot_id:
-            problem = (f"says eot_token={meta['eot_token']!r}, but {what}, with end-of-text at "
-                       f"{eot_id}")
-        elif n > vocab_size or (n != vocab_size and set_by_user is None):
-            problem = f"does not fit the model: {what}, the model has vocab_size={vocab_size}"
-    if problem:
-        fail(f"the tokenizer record in {where} {problem}; {fix}")
-
-
-def trained_meta(checkpoint, ckpt_path, data_dir=None, read_meta=None, hint=None):
-    """The meta.json of the dataset the checkpoint's model was trained on (its tokenizer, compact
-    vocabulary): that of data_dir (default data/<dataset> in the working folder) where there is
-    one, checked against the model, else the copy the checkpoint carries, checked too, so that
-    sample.py and evaluate.py need only the run's folder. read_meta and hint: data.read_meta and
-    data.prepare_hint."""
-    dataset = checkpoint["train_config"]["dataset"]
-    carried = checkpoint.get("dataset_meta") or {}
-    data_dir = data_dir or os.path.join("data", dataset)
-    meta_path = os.path.join(data_dir, "meta.json")
-    vocab_size = checkpoint["model_config"]["vocab_size"]
-    if carried:  # the one tokenizer record that is the model's own
-        check_tokenizer_record(carried, checkpoint, f"{ckpt_path} (its dataset_meta)",
-                               "the checkpoint was changed, or its record is another run's; use "
-                               "the run's own ckpt.pt")
-    if not os.path.exists(meta_path) and carried:
-        return carried
-    if read_meta is None:  # leftover until sample.py and evaluate.py pass read_meta
-        from data import read_meta
-    meta = read_meta(dataset, data_dir)
-    trained = carried.get("tokenizer", meta["tokenizer"])  # older checkpoints do not say
-    if meta["tokenizer"] != trained or meta.get("vocab_size", 0) > vocab_size:
-        fail(f"{meta_path} says the {meta['tokenizer']} tokenizer ({meta.get('vocab_size')} "
-             f"tokens), but the model in {ckpt_path} was trained on {trained} tokens "
-             f"(vocab_size={vocab_size}): {data_dir} was prepared again with another tokenizer; "
-             f"prepare it as it was for training")
-    check_same_data(checkpoint, meta, dataset, data_dir=data_dir, hint=hint)
-    check_tokenizer_record(meta, checkpoint, meta_path,
-                           f"prepare '{dataset}' again as it was for training")
-    return meta
