@@ -1,17 +1,9 @@
-"""
-Several processes training as one (DDP, by torchrun): every decision to stop taken by all together,
-so that none is left waiting for the others.
-"""
-import math
+"""Processes training as one (DDP, by torchrun), each stop taken by all: none waits for others."""
 import os
-import sys
 from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
-
-from machinery.process import fail
 
 ddp = "RANK" in os.environ  # started by torchrun
 device = "cpu"  # this process's device, set by start
@@ -21,12 +13,16 @@ flags = None  # with NCCL, a gloo group for yes-or-no questions, answered withou
 def start(device_asked, batch_size, gradient_accumulation_steps):
     """Join the other processes, if torchrun started several: (rank, world_size, this process's
     device: cuda:LOCAL_RANK on GPUs); one line where they cannot share a step's micro-batches."""
-    global device, flags
+    global device
     device = device_asked
-    if not ddp:
-        return 0, 1, device
+    return join(batch_size, gradient_accumulation_steps) if ddp else (0, 1, device)
+
+
+def join(batch_size, gradient_accumulation_steps):  # start's work under DDP
+    global device, flags
     dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
     if gradient_accumulation_steps % dist.get_world_size():
+        from machinery.errors import stop_uneven
         stop_uneven(batch_size, gradient_accumulation_steps, dist.get_world_size())
     if device.startswith("cuda") and dist.is_gloo_available():
         flags = dist.new_group(backend="gloo")
@@ -36,42 +32,23 @@ def start(device_asked, batch_size, gradient_accumulation_steps):
     return dist.get_rank(), dist.get_world_size(), device
 
 
-def stop_uneven(batch_size, gradient_accumulation_steps, world_size):
-    """Stop with one line where the micro-batches of a step cannot be shared out evenly."""
-    # the same step of sequences in smaller micro-batches
-    steps = math.lcm(gradient_accumulation_steps, world_size)
-    sequences = batch_size * gradient_accumulation_steps
-    same_step = ""
-    if sequences % steps == 0:
-        same_step = (f", e.g. --batch_size={sequences // steps} --gradient_accumulation_steps="
-                     f"{steps} (the same {sequences} sequences per step)")
-    fail(f"gradient_accumulation_steps={gradient_accumulation_steps} must be divisible by the "
-         f"{world_size} processes; change one of them{same_step}")
-
-
 def wrap(model, device_type):  # under DDP: the gradients averaged over the processes
     if not ddp:
         return model
     device_ids = [int(os.environ["LOCAL_RANK"])] if device_type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=device_ids)
+    return torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
 
 
-def all_sum(value):
-    """value summed over the processes (DDP), else value itself: every process sees the same."""
+def all_sum(value):  # over the processes (DDP; on the CPU where there are flags), else value
     if not ddp:
         return value
-    total = torch.tensor([float(value)], dtype=torch.float64, device=device)
-    dist.all_reduce(total)
+    total = torch.tensor([value], dtype=torch.double, device="cpu" if flags is not None else device)
+    dist.all_reduce(total, group=flags)
     return total.item()
 
 
-def any_of(flag):
-    """Whether flag is true in any process, asked on the CPU: no wait for the GPU's queued work."""
-    if not ddp:
-        return flag
-    count = torch.tensor([float(flag)], device="cpu" if flags is not None else device)
-    dist.all_reduce(count, group=flags)
-    return count.item() > 0
+def any_of(flag):  # whether flag is true in any process
+    return all_sum(flag) > 0
 
 
 @contextmanager
@@ -83,16 +60,20 @@ def stop_together():
         yield
     except (SystemExit, Exception) as e:
         error = e
-    if not all_sum(error is not None):
-        return
-    if ddp:  # rank 0 says why before any process leaves (torchrun ends the others once one has)
-        if isinstance(error, SystemExit):
-            print(error.code, file=sys.stderr, flush=True)
-        elif error is not None:
-            sys.excepthook(type(error), error, error.__traceback__)
-        dist.barrier()
-        raise SystemExit(1)
-    raise error
+    if all_sum(error is not None):
+        stop_all(error)
+
+
+def stop_all(error):  # stop_together's stop: rank 0 says why before any process leaves
+    import sys
+    if not ddp:
+        raise error
+    if isinstance(error, SystemExit):  # torchrun ends the others once one has left
+        print(error.code, file=sys.stderr, flush=True)
+    elif error is not None:
+        sys.excepthook(type(error), error, error.__traceback__)
+    dist.barrier()
+    raise SystemExit(1)
 
 
 def finish():  # every process waits for the last checkpoint, then all leave together

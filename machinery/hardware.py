@@ -1,59 +1,47 @@
-"""
-The device and its clock: the device, precision and CPU threads a script runs in (pick_device), a
-model compiled and checked before a run trusts it, and train.py's ETA and MFU (Meter).
-"""
+"""The device and its clock: the device, precision and CPU threads a script runs in, a compiled
+model checked before a run trusts it, and train.py's time estimate, ETA and MFU (Meter)."""
 import math
 import os
 import re
 import statistics
-import sys
 import time
 
 import torch
 
-from machinery import distributed
-from machinery.process import compile_failure, fail, machine_error
-
 
 def pick_device(device, dtype="float32", resumed_from=None):
-    """The device and precision every script runs in, checked in this one place, and on a CPU the
-    threads. device: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps; dtype: auto
-    (bfloat16 on a GPU that has it, float16 on an older one, float32 elsewhere), float32, bfloat16
-    or float16. resumed_from: the checkpoint whose device and dtype these are, named in the error
-    where this machine has not got them. Returns (device, dtype); one line where impossible."""
-    has_mps = torch.backends.mps.is_available()
-    cuda = torch.cuda.is_available()
-    where = ""  # a resume names the checkpoint that ran with them
-    if resumed_from:
-        where = f"{resumed_from} ran with device={device!r}, dtype={dtype!r}; here "
-    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device):
-        fail(f"device={device!r} is not allowed; use --device=cpu, cuda, cuda:N, mps or auto")
+    """The device (auto: cuda, mps or cpu) and dtype (auto: bfloat16 on a GPU that has it, float16
+    on an older one, float32 elsewhere) a script runs in, and a CPU's threads; one line where this
+    machine has not got them (resumed_from: the checkpoint that ran with them)."""
+    mps = torch.backends.mps.is_available()
+    picked = device
     if device == "auto":
-        device = "cuda" if cuda else "mps" if has_mps else "cpu"
-    if device.startswith("cuda") and not cuda:
-        fail(f"{where}device={device!r} but CUDA is not available here; use --device=auto or "
-             f"--device=cpu")
-    if device.startswith("cuda") and int(device[5:] or 0) >= torch.cuda.device_count():
-        fail(f"{where}device={device!r} but there are only {torch.cuda.device_count()} CUDA "
-             f"devices; use --device=cuda:0")
-    if device == "mps" and not has_mps:
-        fail(f"{where}device='mps' but MPS (the GPU of Apple silicon) is not available here; use "
-             f"--device=auto or --device=cpu")
-    if dtype not in ("auto", "float32", "bfloat16", "float16"):
-        fail(f"dtype={dtype!r} is not allowed; use --dtype=auto, float32, bfloat16 or float16")
-    # not torch.cuda.is_bf16_supported(): it counts the slow emulated bf16 of a T4 or V100
-    if dtype == "auto":
+        picked = "cuda" if torch.cuda.is_available() else "mps" if mps else "cpu"
+    cuda = re.fullmatch(r"cuda(:\d+)?", picked)
+    gpu_here = cuda and int(picked[5:] or 0) < torch.cuda.device_count()
+    here = picked == "cpu" or picked == "mps" and mps or gpu_here
+    dtypes = ("auto", "float32") if picked == "mps" else ("auto", "float32", "bfloat16", "float16")
+    if not here or dtype not in dtypes:
+        from machinery.errors import device_error
+        device_error(device, dtype, resumed_from)
+    if dtype == "auto":  # not torch.cuda.is_bf16_supported(): it counts a T4's slow emulated bf16
         dtype = "float32"
-        if device.startswith("cuda"):
-            dtype = "bfloat16" if torch.cuda.get_device_capability(device)[0] >= 8 else "float16"
-    if device == "mps" and dtype != "float32":
-        fail(f"{where}dtype={dtype!r} on mps is not supported here; use --dtype=float32 or "
-             f"--dtype=auto")
-    if device == "cpu" and dtype != "float32":
+        if cuda:
+            dtype = "bfloat16" if torch.cuda.get_device_capability(picked)[0] >= 8 else "float16"
+    if picked == "cpu" and dtype != "float32":
         print(f"note: {dtype} autocast on the CPU is slow; it is here to test the code path a GPU "
               f"takes", flush=True)
-    pick_threads(device)
-    return device, dtype
+    # a CPU's threads: as many as it has cores free, unless OMP_NUM_THREADS says (Windows has no
+    # load average): a thread waiting for a busy core makes every step wait (50x on 2 busy cores)
+    if picked == "cpu" and "OMP_NUM_THREADS" not in os.environ and hasattr(os, "getloadavg"):
+        load = os.getloadavg()[0]
+        threads = max(1, min(torch.get_num_threads(), round(os.cpu_count() - load)))
+        if threads < torch.get_num_threads():  # the losses are the same
+            print(f"note: {threads} thread{'s' * (threads > 1)}, not {torch.get_num_threads()}: "
+                  f"the CPU is busy (load {load:.1f} on {os.cpu_count()} cores); "
+                  f"OMP_NUM_THREADS=N chooses", flush=True)
+            torch.set_num_threads(threads)
+    return picked, dtype
 
 
 def compile_model(raw_model, cuda_graphs, batch, autocast, return_logits, master):
@@ -63,6 +51,10 @@ def compile_model(raw_model, cuda_graphs, batch, autocast, return_logits, master
     hundreds; only on one GPU without gradient accumulation, since a replay writes its gradients
     into the buffers of the last one, which .grad may still hold, so a sum over micro-steps can
     lose terms silently (PyTorch issue 96693) or stop with an error (169545)."""
+    import sys
+
+    from machinery import distributed
+    from machinery.errors import compile_failure
     model = torch.compile(raw_model, mode="reduce-overhead" if cuda_graphs else None)
     error = compile_error(model, raw_model, *batch, autocast, return_logits)
     if not distributed.all_sum(error is not None):
@@ -80,6 +72,7 @@ def compile_error(compiled, raw_model, x, y, autocast, return_logits):
     """One training step's forward and backward (twice: CUDA graphs record on the second) and one
     evaluation pass of the compiled model, before a run starts: the error where this torch release
     cannot compile it, else None."""
+    from machinery.process import machine_error
     try:
         # without DDP's wrapper (no gradient exchange): DDP compiles its own graphs
         for _ in range(2):
@@ -96,6 +89,7 @@ def compile_error(compiled, raw_model, x, y, autocast, return_logits):
     compiled.train()
     raw_model.zero_grad(set_to_none=True)
     return error
+
 
 def sync(device):
     """Wait for the device's queued work, so that a timer measures it (a GPU is asynchronous)."""
@@ -118,19 +112,15 @@ def matmul_peak(device, dtype, n, repeats, warmup=2, pick=statistics.median):
 
 def duration(seconds):
     """e.g. 350 ms, 45 s, 12 min, 3.2 h, 2.5 days"""
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h" if seconds < 48 * 3600 else f"{seconds / 86400:.1f} days"
+    units = [(1e-3, "ms", 1), (1, "s", 90), (60, "min", 90 * 60), (3600, "h", 48 * 3600)]
+    size, unit = next(((s, u) for s, u, below in units if seconds < below), (86400, "days"))
+    return f"{seconds / size:.{int(size > 60)}f} {unit}"
 
 
 class Meter:
-    """A run's clock, from the steps since the last evaluation: ms per step, tokens per second, the
-    ETA, and the model FLOPs utilization (MFU): the model's FLOP/s over those of a large matmul
-    timed here (the fastest of 10; float32 on a CPU, which has no datasheet peak)."""
+    """A run's clock: ms per step, tokens/s and the ETA, from the steps since the last evaluation,
+    and the MFU (model FLOPs utilization): the model's FLOP/s over those of a large matmul timed
+    here, the fastest of 10 (float32 on a CPU, which has no datasheet peak)."""
 
     def __init__(self, flops_per_token, tokens_per_iter, max_iters, eval_interval, device, dtype,
                  world_size):
@@ -147,22 +137,21 @@ class Meter:
 
     def estimate(self, model, batches, autocast, return_logits, eval_iters, source, micro_steps,
                  iter_num):
-        """Say how long the run will take, from a timed forward pass (the faster of two): a
+        """Say how long the run will take, from a timed forward pass (the second of two): a
         training step costs ~3 per micro-batch, an evaluation ~2 per batch."""
         model.eval()
-        seconds = []
-        for _ in range(2):
-            t0 = time.perf_counter()
-            with torch.no_grad(), autocast:
+        with torch.no_grad(), autocast:
+            for _ in range(2):  # the first warms up
+                t0 = time.perf_counter()
                 model(*batches.eval("val", 0), return_logits=return_logits)
-            sync(self.device)
-            seconds.append(time.perf_counter() - t0)
+                sync(self.device)
         model.train()
+        forward = time.perf_counter() - t0
         if eval_iters == 0:  # every val token once: the windows of data.split_losses
             windows = (os.path.getsize(os.path.join(source, "val.bin")) // 2 - 1) / batches.block
             eval_iters = math.ceil(math.ceil(windows) / batches.batch_size)
-        self.step_estimate = 3 * micro_steps * min(seconds)
-        self.eval_seconds = 2 * eval_iters * min(seconds)
+        self.step_estimate = 3 * micro_steps * forward
+        self.eval_seconds = 2 * eval_iters * forward
         total = self.eta(iter_num, self.step_estimate)
         print(f"estimated: {duration(self.step_estimate)} per iteration, "
               f"{duration(self.eval_seconds)} per evaluation, {duration(total)} in all", flush=True)
@@ -170,22 +159,19 @@ class Meter:
             print(f"warning: this run would take about {duration(total)} on this CPU; for a "
                   f"CPU-sized run, try `python train.py config/cpu_baseline.py` (minutes)")
 
-    def restart(self, iter_num):
-        """A new interval of training, after an evaluation (whose time it measures)."""
+    def restart(self, iter_num):  # after an evaluation, whose time it measures
         if self.eval_start is not None:
             self.eval_seconds = time.time() - self.eval_start
         self.start = self.last_print = time.time()
         self.start_iter = iter_num
 
-    def step_seconds(self, iter_num):
-        """Seconds a step takes: measured since the last evaluation, else the estimate."""
+    def step_seconds(self, iter_num):  # measured since the last evaluation, else the estimate
         steps = iter_num - self.start_iter
         return (time.time() - self.start) / steps if steps else self.step_estimate
 
-    def eta(self, iter_num, step_seconds):
-        """Seconds to the end: the steps, and the evaluations (each eval_interval, at max_iters)."""
+    def eta(self, iter_num, step_seconds):  # the steps, and the evaluations (each eval_interval)
         evals = max(0, self.max_iters // self.eval_interval - (iter_num - 1) // self.eval_interval)
-        evals += self.max_iters % self.eval_interval != 0
+        evals += self.max_iters % self.eval_interval != 0  # and one at max_iters
         return (self.max_iters - iter_num) * step_seconds + evals * self.eval_seconds
 
     def evaluating(self, iter_num):
@@ -224,27 +210,13 @@ def percent(fraction):
     return f"{p:.{max(0, 1 - math.floor(math.log10(p)))}f}%" if p > 0 else "0%"
 
 
-def pick_threads(device):
-    """On a CPU, as many threads as it has cores free, unless OMP_NUM_THREADS says: a thread waiting
-    for a busy core makes every step wait (50x as long on 2 busy cores). The losses are the same."""
-    # Windows has no load average
-    if device != "cpu" or "OMP_NUM_THREADS" in os.environ or not hasattr(os, "getloadavg"):
-        return
-    load = os.getloadavg()[0]
-    threads = max(1, min(torch.get_num_threads(), round(os.cpu_count() - load)))
-    if threads < torch.get_num_threads():
-        s = "s" * (threads > 1)
-        print(f"note: {threads} thread{s}, not {torch.get_num_threads()}: the CPU is busy (load "
-              f"{load:.1f} on {os.cpu_count()} cores); OMP_NUM_THREADS=N chooses", flush=True)
-        torch.set_num_threads(threads)
-
-
 def introduce_run(model, batch_size, gradient_accumulation_steps, max_iters, eval_iters,
                   eval_interval, device):
     """Where the default dataset, the write-up's, is not prepared: before anything is downloaded or
     written, what the run is (its model, tokens, and time here, from a timed training step of the
     model on random tokens), the one command that prepares its data, and the config that trains
     the same model on a CPU in minutes; then end with exit status 1."""
+    from machinery.process import fail
     c = model.config
     rows = min(batch_size, 4)  # a few sequences, timed, then scaled to the micro-batch
     x = torch.randint(c.vocab_size, (rows, c.context_size), device=device)

@@ -1,14 +1,14 @@
-"""
-How a script stops: on bad input with one line `error: ...` naming the problem and the fix (fail);
-on Ctrl-C, SIGTERM, SIGHUP, out of memory or a failed torch.compile with one line too.
-"""
+"""How a script stops: in one line on bad input (fail), a stop, out of memory, a failed compile."""
 import atexit
 import contextlib
 import os
-import re
 import signal
 import sys
 
+# SIGINT, SIGTERM, SIGHUP (none on Windows), less those ignored where the script started (`nohup`
+# ignores SIGHUP, a script's background job SIGINT): they stay ignored
+STOPS = [stop for stop in (getattr(signal, name, None) for name in ("SIGINT", "SIGTERM", "SIGHUP"))
+         if stop and signal.getsignal(stop) != signal.SIG_IGN]
 
 def fail(message):
     """Stop with `error: message` on stderr and exit status 1; the message names the problem and the
@@ -16,34 +16,13 @@ def fail(message):
     raise SystemExit(f"error: {message}")
 
 
-def stop_signals():
-    """SIGINT, SIGTERM, SIGHUP (none on Windows), less those ignored where the script started
-    (`nohup` ignores SIGHUP, a script's background job SIGINT): they stay ignored."""
-    stops = [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
-             if hasattr(signal, name)]
-    return [stop for stop in stops if signal.getsignal(stop) != signal.SIG_IGN]
-
-
 def script_start():
-    """What every script does first. Printing never stops it: a character the console cannot show
-    is written escaped, and a reader that stops early (`| head`) ends it quietly. SIGTERM and
-    SIGHUP (Colab, docker, Kubernetes; a closed terminal) stop it as Ctrl-C does."""
-    end_quietly_without_reader()
+    """What every script does first: printing never stops it (a character the console cannot show
+    is escaped, a reader gone ends it quietly); SIGTERM and SIGHUP stop it as Ctrl-C does."""
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):  # not when a test has replaced it
             stream.reconfigure(errors="backslashreplace")
 
-    def stop_once(signum, frame):  # a second stop (a study's runs, then the study) is ignored
-        for stop in stop_signals():  # not SIG_IGN: a stop on its way would print a warning
-            signal.signal(stop, lambda *args: None)
-        raise KeyboardInterrupt
-    for stop in stop_signals():
-        signal.signal(stop, stop_once)
-
-
-def end_quietly_without_reader():
-    """Output piped into a reader that stops early (`python train.py -h | head -3`) ends the script
-    quietly, with no BrokenPipeError traceback."""
     def drop_output():  # no reader: the rest goes to os.devnull, so the last flush cannot fail
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -56,19 +35,26 @@ def end_quietly_without_reader():
         except BrokenPipeError:
             drop_output()
 
-    def hook(kind, value, tb, previous=sys.excepthook):
+    def quiet(kind, value, tb, previous=sys.excepthook):  # no BrokenPipeError traceback
         if issubclass(kind, BrokenPipeError):
             return drop_output()
         return previous(kind, value, tb)
-    # before the interpreter's own last flush, which would print "Exception ignored"
-    atexit.register(flush)
-    sys.excepthook = hook
+
+    def stop_once(signum, frame):  # a second stop (a study's runs, then the study) is ignored
+        for stop in STOPS:  # not SIG_IGN: a stop on its way would print a warning
+            signal.signal(stop, lambda *args: None)
+        raise KeyboardInterrupt
+    atexit.register(flush)  # before the interpreter's own last flush ("Exception ignored")
+    sys.excepthook = quiet
+    for stop in STOPS:
+        signal.signal(stop, stop_once)
 
 
 def machine_error(error, lower, compile_off="use --compile=False"):
     """The one line for an error of the machine rather than of the input, None for any other error:
     out of memory (CPU or GPU), naming the settings to lower, or a torch.compile that found no
     working C++ compiler."""
+    import re
     detail = str(error).strip() or type(error).__name__
     detail = re.sub(r"\[enforce fail at [^]]*\] (data\. )?", "", detail)
     # e.g. CUDA out of memory. Tried to allocate 2.00 GiB
@@ -80,20 +66,9 @@ def machine_error(error, lower, compile_off="use --compile=False"):
     compiler = ("torch._dynamo", "torch._inductor")
     if "BackendCompilerFailed" in names or any(kind.__module__.startswith(compiler)
                                                for kind in type(error).__mro__):
+        from machinery.errors import compile_failure
         return compile_failure(error, compile_off)
     return None
-
-
-def compile_failure(error, compile_off="use --compile=False"):
-    """The one line for a torch.compile that failed, whatever the torch release and the error's
-    class."""
-    # BackendCompilerFailed: the backend's own error
-    while getattr(error, "inner_exception", None) is not None:
-        error = error.inner_exception
-    detail = (str(error).strip() or type(error).__name__).splitlines()[0][:300]
-    no_compiler = re.search(r"compiler|g\+\+|gcc|\bcc\b|cl\.exe|CalledProcessError", detail, re.I)
-    return (f"torch.compile could not build the model ({type(error).__name__}: {detail}); "
-            f"{compile_off}" + (", or install a C++ compiler" if no_compiler else ""))
 
 
 def on_ctrl_c(message, lower="the sizes asked for", compile_off="use --compile=False"):
@@ -114,24 +89,10 @@ def on_ctrl_c(message, lower="the sizes asked for", compile_off="use --compile=F
     sys.excepthook = hook
 
 
-def peer_gone(error):
-    """The one line for a DDP process whose peer ended (killed, out of memory elsewhere): gloo or
-    NCCL then fails every exchange with it; None for any other error, or without DDP."""
-    names = [kind.__name__ for kind in type(error).__mro__]
-    detail = (str(error).strip() or type(error).__name__).splitlines()[0]
-    detail = re.sub(r"\[[^]]*\.cc:\d+\] ", "", detail).split(". ")[0][:160]  # gloo's source line
-    lost = re.search(r"Connection (reset|closed) by peer|Broken pipe|peer.*(closed|gone)", detail,
-                     re.I)
-    if "RANK" not in os.environ or not (lost or "DistBackendError" in names
-                                        or "DistNetworkError" in names):
-        return None
-    return f"another process of this run ended ({type(error).__name__}: {detail})"
-
-
-def train_stop_hook(run):
-    """train.py's excepthook: a stop, out of memory, torch.compile without a compiler, a DDP process
-    whose peer ended: one line saying where the last checkpoint is. run: train.py's globals."""
-    def hook(kind, value, tb):
+def start_training(run):
+    """train.py's start: one line saying where the last checkpoint is (run: its globals)."""
+    def hook(kind, value, tb):  # a stop, out of memory, no C++ compiler, a DDP peer gone
+        from machinery.errors import peer_gone
         error = machine_error(value, "--batch_size (a larger --gradient_accumulation_steps keeps "
                                      "the batch per step) or --context_size")
         setting = " and that setting" if error else ""  # out of memory: lower a setting to go on
@@ -147,43 +108,31 @@ def train_stop_hook(run):
             print(f"error: {error}; {kept}" + setting * (saved is not None), file=sys.stderr)
         elif int(os.environ.get("RANK", 0)) == 0:
             print(f"interrupted at iteration {run.get('iter_num', 0)}: {kept}", file=sys.stderr)
-    return hook
-
-
-def start_training(run):
-    """train.py's start: train_stop_hook, script_start; the StopAfterStep its loop arms."""
-    sys.excepthook = train_stop_hook(run)
+    sys.excepthook = hook
     script_start()
     return StopAfterStep()
 
 
-class EvaluationStopped(BaseException):  # not an Exception: no `except Exception` holds it
-    pass
-
-
 class StopAfterStep:
-    """In train.py's loop (from arm), a stop lets the step in progress finish, or ends an evaluation
-    at once; the run then saves its step and ends (`requested`). A second Ctrl-C ends it at once;
-    another signal changes nothing (torchrun sends SIGTERM after the terminal's SIGINT)."""
+    """From arm, a stop finishes the step (or ends an evaluation at once), then the run saves it and
+    ends; a second Ctrl-C ends it at once (torchrun's SIGTERM after a SIGINT changes nothing)."""
+    requested = False
+    evaluating = None  # the iteration under evaluation
 
-    def __init__(self):
-        self.requested = False
-        self.evaluating = None  # the iteration under evaluation
+    class EvaluationStopped(BaseException):  # not an Exception: no `except Exception` holds it
+        pass
 
     def arm(self, step_seconds):  # step_seconds(): how long a step takes
         self.step_seconds = step_seconds
-        for stop in stop_signals():
+        for stop in STOPS:
             signal.signal(stop, self.stop)
 
     @contextlib.contextmanager
     def evaluation(self, iter_num):  # around an evaluation, which a stop ends at once
         self.evaluating = iter_num
-        try:
+        with contextlib.suppress(self.EvaluationStopped):
             yield
-        except EvaluationStopped:
-            pass
-        finally:
-            self.evaluating = None
+        self.evaluating = None
 
     def stop(self, signum, frame):
         if self.requested and signum == signal.SIGINT:  # a second Ctrl-C: at once
@@ -197,7 +146,7 @@ class StopAfterStep:
         if self.evaluating is not None:
             say(f"{name}: ending the evaluation of iteration {self.evaluating} now, then saving a "
                 f"checkpoint of that step's weights (a resume evaluates them)", flush=True)
-            raise EvaluationStopped
+            raise self.EvaluationStopped
         seconds = self.step_seconds()
         # Kubernetes and Slurm send SIGKILL 30 s after SIGTERM, by default
         late = "; if SIGKILL comes first, the last checkpoint saved remains" * (seconds > 20)
