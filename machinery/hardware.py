@@ -1,5 +1,4 @@
-"""The device and its clock: the device, precision and CPU threads a script runs in, a compiled
-model checked before a run trusts it, and train.py's time estimate, ETA and MFU (Meter)."""
+"""The device and its clock: where a script runs (pick_device); train.py's estimate, ETA, MFU."""
 import math
 import os
 import re
@@ -10,9 +9,8 @@ import torch
 
 
 def pick_device(device, dtype="float32", resumed_from=None):
-    """The device (auto: cuda, mps or cpu) and dtype (auto: bfloat16 on a GPU that has it, float16
-    on an older one, float32 elsewhere) a script runs in, and a CPU's threads; one line where this
-    machine has not got them (resumed_from: the checkpoint that ran with them)."""
+    """The device (auto: cuda, mps, cpu) and dtype (auto: bfloat16, float16 on an older GPU, float32
+    off a GPU), and a CPU's threads; one line where not here (resumed_from: the checkpoint's)."""
     mps = torch.backends.mps.is_available()
     picked = device
     if device == "auto":
@@ -31,8 +29,7 @@ def pick_device(device, dtype="float32", resumed_from=None):
     if picked == "cpu" and dtype != "float32":
         print(f"note: {dtype} autocast on the CPU is slow; it is here to test the code path a GPU "
               f"takes", flush=True)
-    # a CPU's threads: as many as it has cores free, unless OMP_NUM_THREADS says (Windows has no
-    # load average): a thread waiting for a busy core makes every step wait (50x on 2 busy cores)
+    # a thread per free core (OMP_NUM_THREADS=N chooses): one waiting makes every step wait (50x)
     if picked == "cpu" and "OMP_NUM_THREADS" not in os.environ and hasattr(os, "getloadavg"):
         load = os.getloadavg()[0]
         threads = max(1, min(torch.get_num_threads(), round(os.cpu_count() - load)))
@@ -118,9 +115,8 @@ def duration(seconds):
 
 
 class Meter:
-    """A run's clock: ms per step, tokens/s and the ETA, from the steps since the last evaluation,
-    and the MFU (model FLOPs utilization): the model's FLOP/s over those of a large matmul timed
-    here, the fastest of 10 (float32 on a CPU, which has no datasheet peak)."""
+    """A run's clock: ms per step, tokens/s, ETA, and MFU (model FLOPs utilization: the model's
+    FLOP/s over those of a large matmul timed here; float32 on a CPU, having no datasheet peak)."""
 
     def __init__(self, flops_per_token, tokens_per_iter, max_iters, eval_interval, device, dtype,
                  world_size):
@@ -129,9 +125,8 @@ class Meter:
         self.max_iters = max_iters
         self.eval_interval = eval_interval
         self.device = device
-        self.dtype = torch.float32 if device == "cpu" else dtype
-        self.peak_flops = matmul_peak(device, self.dtype, 1024 if device == "cpu" else 4096, 10,
-                                      warmup=0, pick=min)
+        self.peak_flops = matmul_peak(device, torch.float32 if device == "cpu" else dtype,
+                                      1024 if device == "cpu" else 4096, 10, warmup=0, pick=min)
         self.timed_again = device != "cpu"  # a GPU's peak is not disturbed by other programs
         self.eval_start = None
 
@@ -174,8 +169,7 @@ class Meter:
         evals += self.max_iters % self.eval_interval != 0  # and one at max_iters
         return (self.max_iters - iter_num) * step_seconds + evals * self.eval_seconds
 
-    def evaluating(self, iter_num):
-        """At an evaluation's start: the tokens/s of the interval it ends (None if no step)."""
+    def evaluating(self, iter_num):  # at an evaluation's start: the tokens/s of the steps before
         sync(self.device)
         if self.eval_seconds > 30:
             print(f"eval {iter_num}: evaluating, about {duration(self.eval_seconds)}", flush=True)
@@ -183,16 +177,14 @@ class Meter:
         if iter_num > self.start_iter:
             return self.tokens_per_iter / self.step_seconds(iter_num)
 
-    def mfu(self, tokens_per_sec):
-        """A CPU busy while the matmul was timed gives too low a peak: above 100%, timed again."""
+    def mfu(self, tokens_per_sec):  # above 100% (a CPU busy while its peak was timed): timed again
         if self.flops_per_token * tokens_per_sec > self.peak_flops and not self.timed_again:
             self.timed_again = True
-            again = matmul_peak(self.device, self.dtype, 1024, 10, warmup=0, pick=min)
+            again = matmul_peak(self.device, torch.float32, 1024, 10, warmup=0, pick=min)
             self.peak_flops = max(self.peak_flops, again)
         return self.flops_per_token * tokens_per_sec / self.peak_flops
 
-    def progress(self, iter_num, due):
-        """The speed part of a progress line, when due, or a minute has passed; else None."""
+    def progress(self, iter_num, due):  # a progress line's speed, when due or after a minute
         if not due and time.time() - self.last_print < 60:
             return None
         self.last_print = time.time()

@@ -5,10 +5,10 @@ import os
 import signal
 import sys
 
-# SIGINT, SIGTERM, SIGHUP (none on Windows), less those ignored where the script started (`nohup`
-# ignores SIGHUP, a script's background job SIGINT): they stay ignored
+# SIGINT, SIGTERM, SIGHUP, less those ignored where the script started (`nohup`): they stay ignored
 STOPS = [stop for stop in (getattr(signal, name, None) for name in ("SIGINT", "SIGTERM", "SIGHUP"))
          if stop and signal.getsignal(stop) != signal.SIG_IGN]
+
 
 def fail(message):
     """Stop with `error: message` on stderr and exit status 1; the message names the problem and the
