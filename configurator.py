@@ -1,39 +1,27 @@
-"""
-How the scripts take their settings, nanoGPT style: plain globals with defaults, then config files
-(Python assignments such as `n_layer = 4`), then `--key=value` or `--key value` arguments; later
-ones win. A boolean is a bare --flag (True) or --flag=True/False in any case. train.py calls
-configure(); the other scripts use argparse through argument_parser() and add_flag(), same grammar.
-"""
-import argparse
+"""Settings, nanoGPT style: globals with defaults, then config files (`n_layer = 4`), then
+--key=value or --key value (a bool: a bare --flag too), later ones winning: configure() for
+train.py, argparse through argument_parser() and add_flag() for the other scripts."""
 import ast
 import dataclasses
-import difflib
-import glob
-import inspect
 import os
-import re
 import sys
-import traceback
 import typing
 
 from machinery.process import fail
 
 
 def configure(settings, defaults, argv, model_config, epilog=""):
-    """Apply config files and --key=value arguments (argv) to `settings` (a script's globals()),
-    checking each key and type against `defaults`; model_config is the dataclass whose fields are
-    settings too. Returns the keys set."""
+    """argv's config files and --key=value into `settings` (globals()), checked; the keys set."""
     types = {k: type(v) for k, v in defaults.items()}
-    # Optional[int] -> int
-    types.update({f.name: (typing.get_args(f.type) or (f.type,))[0]
+    types.update({f.name: (typing.get_args(f.type) or (f.type,))[0]  # Optional[int] -> int
                   for f in dataclasses.fields(model_config)})
     if "--help" in argv or "-h" in argv:
         print_help(settings["__file__"], defaults, model_config, epilog)
     user_set = set()
     for key, text in split_args(argv, types):
         if key is None:  # a config file
-            source = config_file(text, defaults)
-            pairs = read_config(source).items()
+            source = text
+            pairs = read_config(text).items()
         else:
             source = "the command line"
             pairs = [(key, command_line_value(key, text, types, defaults))]
@@ -68,48 +56,45 @@ def split_args(argv, types=None):
 
 def command_line_value(key, text, types, defaults):
     """--key=text's value: a string as typed (--out_dir=2024), True/False in any case, a literal."""
-    if key not in defaults:
-        fail(unknown_argument(f"--{key}", defaults))
-    if text is None:
-        fail(f"'--{key}' has no value; write --{key}=VALUE or --{key} VALUE (python train.py "
-             f"--help lists them)")
-    if types[key] is bool and text.lower() not in ("true", "false"):
-        fail(f"--{key} {text}: {key} takes True or False (any case), not {text!r}; write "
-             f"--{key} (True), --{key}=True or --{key}=False")
-    if types[key] is bool:
+    if text is None or types.get(key) is bool and text.lower() not in ("true", "false"):
+        bad_argument(key, text)
+    if types.get(key) is bool:
         return text.lower() == "true"
     try:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return text  # a bare word: a string
-    return text if types[key] is str and not isinstance(value, str) else value
+    return text if types.get(key) is str and not isinstance(value, str) else value
+
+
+def bad_argument(key, text):
+    """The one line for --key without a value, or a boolean's --key given another word."""
+    if text is None:
+        fail(f"'--{key}' has no value; write --{key}=VALUE or --{key} VALUE (python train.py "
+             f"--help lists them)")
+    fail(f"--{key} {text}: {key} takes True or False (any case), not {text!r}; write "
+         f"--{key} (True), --{key}=True or --{key}=False")
 
 
 def checked(key, value, types, defaults, source):
     """value, if key is a setting and value is of its type (an int is a float too)."""
-    if key not in defaults:
-        fail(f"unknown config key '{key}' in {source}; {suggestion(key, defaults)}")
-    if types[key] is float and type(value) is int:
+    if types.get(key) is float and type(value) is int:
         value = float(value)
-    if not (type(value) is types[key] or (value is None and defaults[key] is None)):
-        takes = "True or False" if types[key] is bool else "a " + types[key].__name__
-        fail(f"{key}={value!r} in {source} has the wrong type: {key} takes {takes}, not a "
-             f"{type(value).__name__}")
+    if key not in defaults or not (type(value) is types[key]
+                                   or (value is None and defaults[key] is None)):
+        bad_setting(key, value, types, defaults, source)
     return value
 
 
-def config_file(path, defaults):
-    """path, if it is a config file; else one line (an option of the wrong form, a file not found
-    with the near names beside it)."""
-    if path.startswith("-"):  # '--' alone, '-key=value'
-        fail(unknown_argument(path, defaults))
-    if not os.path.isfile(path):
-        names = {*glob.glob(os.path.join(os.path.dirname(path), "*.py")), *glob.glob("config/*.py")}
-        near = difflib.get_close_matches(path, sorted(names), n=2, cutoff=0.6)
-        fail(f"config file '{path}' not found; "
-             + (f"did you mean {' or '.join(near)}? " if near else "")
-             + "give a path like config/cpu_baseline.py, or options as --key=value")
-    return path
+def bad_setting(key, value, types, defaults, source):
+    """The one line for an unknown key, or a value of the wrong type, in a config file or argv."""
+    if not key:  # '--=value'
+        fail(unknown_argument("--", defaults))
+    if key not in defaults:
+        fail(f"unknown config key '{key}' in {source}; {suggestion(key, defaults)}")
+    takes = "True or False" if types[key] is bool else "a " + types[key].__name__
+    fail(f"{key}={value!r} in {source} has the wrong type: {key} takes {takes}, not a "
+         f"{type(value).__name__}")
 
 
 def read_config(path):
@@ -131,7 +116,19 @@ def read_config(path):
 
 
 def config_error(path, e):
-    """The one line for a config file that does not run: the file and line, and the fix."""
+    """The one line for a config file that is not there or does not run: the file and line (the
+    near names beside a file not found), and the fix."""
+    import difflib
+    import glob
+    import traceback
+    if path.startswith("-"):  # '--' alone, '-key=value'
+        return unknown_argument(path, ())
+    if isinstance(e, OSError) and not os.path.isfile(path):
+        names = {*glob.glob(os.path.join(os.path.dirname(path), "*.py")), *glob.glob("config/*.py")}
+        near = difflib.get_close_matches(path, sorted(names), n=2, cutoff=0.6)
+        return (f"config file '{path}' not found; "
+                + (f"did you mean {' or '.join(near)}? " if near else "")
+                + "give a path like config/cpu_baseline.py, or options as --key=value")
     if isinstance(e, UnicodeDecodeError):
         return (f"config file {path} is not text (byte {e.start} is not UTF-8); give a Python file "
                 f"like config/cpu_baseline.py")
@@ -150,6 +147,7 @@ def config_error(path, e):
 def suggestion(key, known, command="python train.py"):
     """'did you mean ...?' for an unknown key: its name here if it is a nanoGPT or Hugging Face name
     or written with '-' for '_', else the closest known key."""
+    import difflib
     aliases = {  # the name here: the same setting's names in nanoGPT and Hugging Face configs
         "context_size": "block_size n_ctx n_positions max_position_embeddings seq_len",
         "n_embed": "n_embd hidden_size d_model", "n_head": "n_heads num_heads num_attention_heads",
@@ -180,6 +178,8 @@ def unknown_argument(arg, known, command="python train.py"):
 def print_help(script, defaults, model_config, epilog):
     """Every setting with its default and the comment beside it in the script's or the model
     config's source; then exit."""
+    import inspect
+    import re
     comments = {}
     for line in open(script).read().splitlines() + inspect.getsource(model_config).splitlines():
         match = re.match(r"\s*(\w+)\b[^#]*=[^#]*#\s*(.*)", line)
@@ -200,13 +200,12 @@ def print_help(script, defaults, model_config, epilog):
     print(epilog)
     sys.exit(0)
 
-# -----------------------------------------------------------------------------
-# the other scripts: argparse, with train.py's grammar, help and messages
-
 
 def add_flag(parser, name, help, default=False):
     """A boolean setting of an argparse script, as train.py takes one: --flag (True), --flag=false,
     --flag True."""
+    import argparse
+
     def true_or_false(text):
         if text.lower() not in ("true", "false"):
             raise argparse.ArgumentTypeError(f"{text!r} is not True or False")
@@ -219,6 +218,7 @@ def argument_parser(doc, command):
     """The argparse parser of a script other than train.py: --key=value or --key value, no
     abbreviated names, help showing the defaults, and bad input is one line `error: ...` (an unknown
     key: its did-you-mean) naming `command --help` instead of argparse's usage block."""
+    import argparse
 
     class HelpFormatter(argparse.RawDescriptionHelpFormatter):  # the docstring as written
         def _get_help_string(self, action):  # and each default, as train.py shows them
