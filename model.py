@@ -24,7 +24,7 @@ class ModelConfig:
     dropout: float = 0.0  # dropout probability on E, the attention weights, every residual branch
     bias: bool = False  # biases in Linear layers and LayerNorms (LayerNorm_a and _b: always)
     rotary: bool = False  # rotary positions (RoPE) in every attention, not a table added to E
-    # The encoder-decoders' flags; None: check_flags sets the write-up's best (baseline: none, no)
+    # Encoder-decoder flags; None: the write-up's best (for the baseline: no loss, no pos sub)
     n_encoder_layer: Optional[int] = None  # layers of the encoder; None: n_layer
     n_decoder_layer: Optional[int] = None  # layers of the decoder; None: n_layer
     cross_n_head: Optional[int] = None  # heads of the cross-attention; None: 2 x n_head
@@ -539,7 +539,7 @@ CHOICES = dict(variant=("baseline", "encdec", "parallel"),
                decoder_order=("self_first", "cross_first"))
 
 
-# The write-up's best configuration: the defaults ModelConfig's comments name (and check_flags')
+# The defaults ModelConfig's comments name: the write-up's best configuration
 ENCODER_DECODER_DEFAULTS = dict(n_encoder_layer=lambda c: c.n_layer,
                                 n_decoder_layer=lambda c: c.n_layer,
                                 cross_n_head=lambda c: 2 * c.n_head,
