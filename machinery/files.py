@@ -93,8 +93,7 @@ def note_holder(folder, command, shared=False):  # who holds it, in .lock (.lock
 
 def claim_folder(folder, command, held_as="--out_dir", hold=True):
     """Make, hold (hold=False: held already) and note the folder a run or preparation writes in."""
-    created = make_folder(folder)
-    atexit.register(remove_empty_folders, folder, created)
+    atexit.register(remove_empty_folders, folder, make_folder(folder))  # none is left empty
     if hold:
         hold_folder(folder, held_as)
     note_holder(folder, command)
