@@ -179,27 +179,34 @@ def find_dataset(dataset, out_dir):
 
 def generated_task(dataset, data_dir=None):
     """The module tasks/<dataset>.py, else None; one line where it does not import, lacks a name of
-    the interface or shares its name with a dataset folder (data_dir, default data/<dataset>). The
-    interface: DEFAULTS (settings), VOCAB_SIZE, BLOCK_SIZE, get_batch(split, size, rng),
-    score(model, split, device) -> (accuracy, sequences), prompts(start, num_samples, seed), and
-    show(prompt, answer)."""
+    the interface or shares its name with a folder (data_dir, default data/<dataset>). Interface:
+    DEFAULTS, VOCAB_SIZE, BLOCK_SIZE, get_batch(split, size, rng), score(model, split, device) ->
+    (accuracy, sequences), prompts(start, num_samples, seed), show(prompt, answer)."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tasks", f"{dataset}.py")
     if not re.fullmatch(r"[a-z]\w*", dataset) or not os.path.isfile(path):
         return None
     data_dir = data_dir or os.path.join("data", dataset)
     if os.path.isdir(data_dir):  # one name, one thing
-        fail(f"--dataset={dataset} names both the task {path} and the dataset folder {data_dir}/; "
-             f"rename one of them (prepare the text again with another --name)")
+        refuse_task(dataset, path, data_dir)
     try:
         task = importlib.import_module(f"tasks.{dataset}")
     except Exception as e:
         fail(f"the task module {path} does not import ({type(e).__name__}: {e}); fix it")
     interface = ("DEFAULTS", "VOCAB_SIZE", "BLOCK_SIZE", "get_batch", "score", "prompts", "show")
-    missing = [name for name in interface if not hasattr(task, name)]
-    if missing:
-        fail(f"the task module {path} lacks {', '.join(missing)}; a task gives "
-             f"{', '.join(interface)} (see tasks/reversal.py)")
+    if not all(hasattr(task, name) for name in interface):
+        refuse_task(dataset, path, data_dir, task, interface)
     return task
+
+
+def refuse_task(dataset, path, data_dir, task=None, interface=()):
+    """The one line for a task module that shares its name with a dataset folder, or (given the
+    module) lacks a name of the interface."""
+    if task is None:
+        fail(f"--dataset={dataset} names both the task {path} and the dataset folder {data_dir}/; "
+             f"rename one of them (prepare the text again with another --name)")
+    missing = [name for name in interface if not hasattr(task, name)]
+    fail(f"the task module {path} lacks {', '.join(missing)}; a task gives "
+         f"{', '.join(interface)} (see tasks/reversal.py)")
 
 
 def prepare_command(dataset, offline=False):
@@ -344,17 +351,13 @@ def read_meta(dataset, data_dir=None):
 
 
 def open_dataset(dataset, context_size, vocab_size, command):
-    """(source, block, vocab_size, meta) of a run: the task module, or data/<dataset> held until the
-    run ends (no preparation replaces it meanwhile); a sequence's tokens; the run's vocab_size, else
-    the dataset's; the dataset's meta.json ({} for a task)."""
+    """(source, block, vocab_size, meta): the task module or data/<dataset> (held till the run
+    ends); a sequence's tokens; the run's, else the dataset's vocab_size; meta.json ({}: a task)."""
     task = generated_task(dataset)
     if task is not None:
-        if context_size < task.BLOCK_SIZE:
-            fail(f"context_size={context_size} is too short for {dataset} sequences of "
-                 f"{task.BLOCK_SIZE} tokens; leave context_size unset")
-        if vocab_size is not None and vocab_size < task.VOCAB_SIZE:
-            fail(f"vocab_size={vocab_size} is smaller than the dataset's {task.VOCAB_SIZE} tokens; "
-                 f"leave vocab_size unset")
+        small_vocab = vocab_size is not None and vocab_size < task.VOCAB_SIZE
+        if context_size < task.BLOCK_SIZE or small_vocab:
+            task_misfit(dataset, task, context_size, vocab_size)
         return task, task.BLOCK_SIZE, vocab_size or task.VOCAB_SIZE, {}
     source = os.path.join("data", dataset)
     if os.path.isdir(source):
@@ -362,6 +365,15 @@ def open_dataset(dataset, context_size, vocab_size, command):
         note_holder(source, command, shared=True)
     meta = check_dataset(dataset, context_size, vocab_size)
     return source, context_size, vocab_size or meta["vocab_size"], meta
+
+
+def task_misfit(dataset, task, context_size, vocab_size):
+    """The one line for a context_size or a vocab_size too small for a task."""
+    if context_size < task.BLOCK_SIZE:
+        fail(f"context_size={context_size} is too short for {dataset} sequences of "
+             f"{task.BLOCK_SIZE} tokens; leave context_size unset")
+    fail(f"vocab_size={vocab_size} is smaller than the dataset's {task.VOCAB_SIZE} tokens; "
+         f"leave vocab_size unset")
 
 
 class Batches:
@@ -381,8 +393,7 @@ class Batches:
         if isinstance(self.source, str):
             x, y = self.windows(split, rng, size, rows)
         else:
-            x, y = self.source.get_batch(split, size, rng)
-            x, y = x[rows], y[rows]
+            x, y = (t[rows] for t in self.source.get_batch(split, size, rng))
         cuda = str(self.device).startswith("cuda")
         if cuda:  # pinned memory: the copy to the GPU overlaps its work
             x, y = x.pin_memory(), y.pin_memory()
@@ -406,7 +417,6 @@ class Batches:
         return self.get("train", rng, self.step_size, rows)
 
     def dropout_seed(self, it, micro_step):
-        """The seed of a micro-step's dropout masks, a function of (seed, it, micro_step)."""
         return int(np.random.default_rng([self.seed, 0, it, micro_step]).integers(2 ** 62))
 
     def eval(self, split, k):
