@@ -1,12 +1,12 @@
 """Files written whole, and folders held by one process: no half-written file is left behind."""
 import atexit
-import glob
 import os
 import re
 import tempfile
 import time
 import warnings
 from contextlib import suppress
+from pathlib import Path, PurePath
 
 with warnings.catch_warnings():  # without fcntl: "only soft file lock", which hold_folder says
     warnings.simplefilter("ignore")
@@ -30,14 +30,11 @@ def write_atomic(path, data, on_error=None):
 
 
 def folder_chain(folder):  # folder and the folders it lies in, outermost first: a, a/b, a/b/c
-    chain = [os.path.normpath(folder)]
-    while os.path.dirname(chain[-1]) not in ("", chain[-1]):  # a relative path's top, or the root
-        chain.append(os.path.dirname(chain[-1]))
-    return chain[::-1]
+    path = os.path.normpath(folder)
+    return [p for p in map(str, reversed(PurePath(path).parents)) if p != "."] + [path]
 
 
-def make_folder(folder, what="--out_dir"):
-    """Create folder for writing, or stop with one line; returns the outermost folder it created."""
+def make_folder(folder, what="--out_dir"):  # or one line why not; the outermost folder it made
     created = next((path for path in folder_chain(folder) if not os.path.lexists(path)), None)
     try:
         folder.encode("utf-8")  # bytes that are not UTF-8 arrive from the command line so
@@ -61,7 +58,7 @@ def hold_folder(folder, what, shared=False):
     if os.path.realpath(folder) in _held:
         return
     held = os.path.join(folder, ".held")  # a filelock: the writer's; each reader's: .held.<pid>
-    others = [held] if shared else glob.glob(glob.escape(held) + ".*")
+    others = [held] if shared else [str(path) for path in Path(folder).glob(".held.*")]
     lock = filelock.FileLock(f"{held}.{os.getpid()}" if shared else held, timeout=0)
     try:
         if filelock.FileLock is filelock.SoftFileLock:  # its lock files outlive a kill -9
@@ -80,19 +77,17 @@ def hold_folder(folder, what, shared=False):
 def let_go(lock):  # release a lock, and remove its file
     if lock.is_locked:  # not let go of already (release_folder)
         lock.release()
-        with suppress(FileNotFoundError):
-            os.remove(lock.lock_file)
+        Path(lock.lock_file).unlink(missing_ok=True)
 
 
 def note_holder(folder, command, shared=False):  # who holds it, in .lock (.lock.<pid>) if it can
     path = os.path.join(folder, f".lock.{os.getpid()}" if shared else ".lock")
     with suppress(OSError), open(path, "w", encoding="utf-8", errors="backslashreplace") as f:
         f.write(f"pid {os.getpid()} ({command}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n")
-    atexit.register(lambda: os.path.exists(path) and os.remove(path))
+    atexit.register(Path(path).unlink, missing_ok=True)
 
 
-def claim_folder(folder, command, held_as="--out_dir", hold=True):
-    """Make, hold (hold=False: held already) and note the folder a run or preparation writes in."""
+def claim_folder(folder, command, held_as="--out_dir", hold=True):  # make, hold and note it
     atexit.register(remove_empty_folders, folder, make_folder(folder))  # none is left empty
     if hold:
         hold_folder(folder, held_as)
