@@ -10,13 +10,13 @@ import typing
 from machinery.process import fail
 
 
-def configure(settings, defaults, argv, model_config, epilog=""):
+def configure(settings, defaults, argv, model_config):
     """argv's config files and --key=value into `settings` (globals()), checked; the keys set."""
     types = {k: type(v) for k, v in defaults.items()}
     types.update({f.name: (typing.get_args(f.type) or (f.type,))[0]  # Optional[int] -> int
                   for f in dataclasses.fields(model_config)})
     if "--help" in argv or "-h" in argv:
-        print_help(settings["__file__"], defaults, model_config, epilog)
+        print_help(settings["__file__"], defaults, model_config)
     user_set = set()
     for key, text in split_args(argv, types):
         if key is None:  # a config file
@@ -175,7 +175,7 @@ def unknown_argument(arg, known, command="python train.py"):
     return f"unknown config key '{key}' in the command line; {suggestion(key, known, command)}"
 
 
-def print_help(script, defaults, model_config, epilog):
+def print_help(script, defaults, model_config):
     """Every setting with its default and the comment beside it in the script's or the model
     config's source; then exit."""
     import inspect
@@ -197,7 +197,8 @@ def print_help(script, defaults, model_config, epilog):
         meaning = comments.get(key, "see ModelConfig in model.py")
         line = f"  --{key}={value}"
         print(line.ljust(40) + (" " + meaning if len(line) < 40 else "\n" + " " * 40 + meaning))
-    print(epilog)
+    print("\nA generated task, such as --dataset=reversal, uses its own small model and schedule "
+          "for the settings not\ngiven (its module's DEFAULTS, in tasks/).")
     sys.exit(0)
 
 

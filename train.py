@@ -63,10 +63,7 @@ globals().update(dict.fromkeys(ModelConfig.flags()))
 # config: `python train.py [config/file.py ...] [--key=value ...]`, later ones win
 defaults = {k: v for k, v in globals().items()
             if not k.startswith("_") and isinstance(v, (bool, int, float, str, type(None)))}
-user_set = configure(globals(), defaults, sys.argv[1:], ModelConfig,
-                     epilog="\nA generated task, such as --dataset=reversal, uses its own small "
-                            "model and schedule for the settings not given (its module's DEFAULTS, "
-                            "in tasks/).")
+user_set = configure(globals(), defaults, sys.argv[1:], ModelConfig)
 out_dir = out_dir or os.path.join("out", dataset)  # each dataset its own folder
 ckpt_path = os.path.join(out_dir, "ckpt.pt")
 resume_command = f"python train.py --out_dir={out_dir} --init_from=resume"
