@@ -140,8 +140,8 @@ class Meter:
                 t0 = time.perf_counter()
                 model(*batches.eval("val", 0), return_logits=return_logits)
                 sync(self.device)
-        model.train()
         forward = time.perf_counter() - t0
+        model.train()
         if eval_iters == 0:  # every val token once: the windows of data.split_losses
             windows = (os.path.getsize(os.path.join(source, "val.bin")) // 2 - 1) / batches.block
             eval_iters = math.ceil(math.ceil(windows) / batches.batch_size)
