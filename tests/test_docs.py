@@ -409,3 +409,16 @@ def test_the_readme_shows_the_cards_command_with_what_it_prints_and_those_comman
     config = read_config(os.path.join(ROOT, cpu.split()[-1]))
     assert cpu == "python train.py config/cpu_encdec_mse_pos_sub.py"
     assert (config["variant"], config["embedding_loss"], config["sub_pos_embed"]) == ("encdec", "mse", "yes")
+
+
+def test_the_readme_says_what_a_first_byte_runs_samples_look_like_at_its_loss_and_when_words_appear():
+    """A 300-step byte run samples unreadable bytes: the README says so at the loss such a run reaches (the val loss it
+    quotes for config/cpu_baseline.py's 300 steps lies in the range it gives), and at what lower loss words appear."""
+    prose = flat(readme())
+    paragraph = re.search(r"\*\*What a first text run samples\.\*\* (.*?)\*\*Two validation losses", prose)[1]
+    low, high = map(float, re.search(r"At a 300-step run's ([\d.]+)-([\d.]+),", paragraph).groups())
+    logged = float(re.search(r"`config/cpu_baseline.py`: ([\d.]+) against", prose)[1])
+    assert low <= logged <= high
+    assert "not a bug" in paragraph
+    words = float(re.search(r"Near ([\d.]+) the short common words come out right", paragraph)[1])
+    assert words < low
