@@ -805,13 +805,12 @@ def test_on_a_busy_cpu_a_run_takes_one_thread_a_core_that_is_free_and_logs_the_s
     assert losses(log(workdir, "out_busy")) == losses(log(workdir, "out_full"))
 
 
-@pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
-                    reason="torch.distributed with the gloo backend is not available in this torch build")
-def test_ddp_with_a_process_killed_ends_with_one_line_saying_where_the_checkpoint_is(workdir, tmp_path):
-    # rank 1 is killed (kill -9) in the middle of its third step; rank 0 waits for it in the gradient exchange
+def ddp_run_with_a_rank_killed(workdir, tmp_path, rank):
+    """Two DDP processes on data/tiny into tmp_path/out; process `rank` is killed (kill -9) in the middle of its third
+    step, while the other waits for it in the gradient exchange."""
     (tmp_path / "wrapper.py").write_text(
         "import os, runpy, signal, sys, torch\n"
-        "if os.environ['RANK'] == '1':\n"
+        f"if os.environ['RANK'] == '{rank}':\n"
         "    clip = torch.nn.utils.clip_grad_norm_\n    calls = []\n"
         "    def clip_then_die(*args, **kwargs):\n        calls.append(1)\n"
         "        if len(calls) == 3:\n            os.kill(os.getpid(), signal.SIGKILL)\n"
@@ -819,9 +818,16 @@ def test_ddp_with_a_process_killed_ends_with_one_line_saying_where_the_checkpoin
         "    torch.nn.utils.clip_grad_norm_ = clip_then_die\n"
         f"runpy.run_path({os.path.join(ROOT, 'train.py')!r}, run_name='__main__')\n")
     shutil.copytree(workdir / "data" / "tiny", tmp_path / "data" / "tiny")
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                             str(tmp_path / "wrapper.py"), *TINY, "--out_dir=out", "--max_iters=100"],
-                            cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(tmp_path / "wrapper.py"), *TINY, "--out_dir=out", "--max_iters=100"],
+                          cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                    reason="torch.distributed with the gloo backend is not available in this torch build")
+def test_ddp_with_a_process_killed_ends_with_one_line_saying_where_the_checkpoint_is(workdir, tmp_path):
+    # rank 1 is killed (kill -9) in the middle of its third step; rank 0 waits for it in the gradient exchange
+    result = ddp_run_with_a_rank_killed(workdir, tmp_path, rank=1)
     assert result.returncode != 0
     lines = [re.sub(r"^\[rank\d\]: ", "", line) for line in result.stderr.splitlines()]  # torchrun's prefix
     lines = [line for line in lines if line.startswith(("error", "interrupted"))]
@@ -901,19 +907,7 @@ def test_a_stop_during_an_evaluation_ends_it_at_once_saves_the_step_and_the_resu
 @pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                     reason="torch.distributed with the gloo backend is not available in this torch build")
 def test_ddp_with_rank_0_killed_the_other_rank_names_the_checkpoint_on_disk(workdir, tmp_path):
-    (tmp_path / "wrapper.py").write_text(
-        "import os, runpy, signal, sys, torch\n"
-        "if os.environ['RANK'] == '0':\n"
-        "    clip = torch.nn.utils.clip_grad_norm_\n    calls = []\n"
-        "    def clip_then_die(*args, **kwargs):\n        calls.append(1)\n"
-        "        if len(calls) == 3:\n            os.kill(os.getpid(), signal.SIGKILL)\n"
-        "        return clip(*args, **kwargs)\n"
-        "    torch.nn.utils.clip_grad_norm_ = clip_then_die\n"
-        f"runpy.run_path({os.path.join(ROOT, 'train.py')!r}, run_name='__main__')\n")
-    shutil.copytree(workdir / "data" / "tiny", tmp_path / "data" / "tiny")
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                             str(tmp_path / "wrapper.py"), *TINY, "--out_dir=out", "--max_iters=100"],
-                            cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    result = ddp_run_with_a_rank_killed(workdir, tmp_path, rank=0)
     assert result.returncode != 0
     lines = [re.sub(r"^\[rank\d\]: ", "", line) for line in result.stderr.splitlines()]
     lines = [line for line in lines if line.startswith(("error", "interrupted"))]
