@@ -40,8 +40,8 @@ import numpy as np
 import torch
 
 from configurator import add_flag, argument_parser
-from data import find_dataset, generated_task, get_tokenizer, gpt2_encoding, prepare_hint
-from data import read_articles, read_meta, window_losses, window_starts, without_nul
+from data import find_dataset, generated_task, prepare_hint, read_meta, window_losses, window_starts
+from text import get_tokenizer, gpt2_encoding, read_articles, without_nul
 from machinery.checkpoints import check_same_data, trained_meta
 from machinery.hardware import pick_device
 from machinery.process import fail, on_ctrl_c

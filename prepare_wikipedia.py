@@ -1,7 +1,7 @@
 """
 Prepare a dataset for train.py, nanoGPT style: whole articles of text, a random share of them
 (--seed) for val, each encoded and followed by the end-of-text token, into data/<name>/train.bin and
-val.bin (np.uint16 token ids) and meta.json (what they hold). The tokenizers are in data.py.
+val.bin (np.uint16 token ids) and meta.json (what they hold). The tokenizers are in text.py.
 
     python prepare_wikipedia.py              # what train.py trains on by default: data/wikitext103/
     python prepare_wikipedia.py --wikitext103 --input PATH/  # the same, offline: your copies
@@ -21,7 +21,8 @@ from requests.adapters import HTTPAdapter
 from urllib3.util import Retry
 
 from configurator import add_flag, argument_parser
-from data import generated_task, get_tokenizer, read_articles, split_wikitext, without_nul
+from data import generated_task
+from text import get_tokenizer, read_articles, split_wikitext, without_nul
 from machinery.file_errors import write_error
 from machinery.files import claim_folder, hold_folder, release_folder, write_atomic
 from machinery.process import fail, on_ctrl_c

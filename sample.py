@@ -18,7 +18,8 @@ from contextlib import nullcontext
 import torch
 
 from configurator import add_flag, argument_parser
-from data import find_dataset, generated_task, get_tokenizer, prepare_hint, read_meta
+from data import find_dataset, generated_task, prepare_hint, read_meta
+from text import get_tokenizer
 from machinery.checkpoints import trained_meta
 from machinery.hardware import pick_device
 from machinery.process import fail, on_ctrl_c

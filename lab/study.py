@@ -51,7 +51,7 @@ from data import prepare_hint
 from machinery.files import hold_folder, make_folder, note_holder, temporary_path, write_atomic
 from machinery.process import fail, on_ctrl_c
 from machinery.run_files import read_log
-from data import read_text
+from text import read_text
 from prepare_wikipedia import WIKITEXT2_FILES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: train.py, config/, data/

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import data
+from text import get_tokenizer, gpt2_encoding, split_wikitext
 from machinery import files, run_files
 import prepare_wikipedia as pw
 from model import ModelConfig, build_model
@@ -37,11 +38,11 @@ def test_gpt2_tokenizer_builds_offline_with_known_gpt2_ids(tmp_path, monkeypatch
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # an empty cache
     monkeypatch.setattr(tiktoken, "get_encoding", no_network)
     monkeypatch.setattr(requests, "get", no_network)
-    data.gpt2_encoding.cache_clear()
+    gpt2_encoding.cache_clear()
     try:
-        encode, decode, vocab_size, eot_token = data.get_tokenizer("gpt2")
+        encode, decode, vocab_size, eot_token = get_tokenizer("gpt2")
     finally:
-        data.gpt2_encoding.cache_clear()
+        gpt2_encoding.cache_clear()
     assert (vocab_size, eot_token) == (50257, 50256)
     assert encode("Hello world") == [15496, 995]
     assert encode("Hello, world!") == [15496, 11, 995, 0]
@@ -52,7 +53,7 @@ def test_gpt2_tokenizer_builds_offline_with_known_gpt2_ids(tmp_path, monkeypatch
 
 
 def test_byte_tokenizer_round_trips_utf8_and_separates_articles_with_nul():
-    encode, decode, vocab_size, eot_token = data.get_tokenizer("byte")
+    encode, decode, vocab_size, eot_token = get_tokenizer("byte")
     text = "Zürich — 東京 🙂"
     assert encode(text) == list(text.encode("utf-8"))
     assert decode(encode(text)) == text
@@ -68,8 +69,8 @@ def test_unknown_tokenizer_is_one_line_error_naming_the_choices(tmp_path):
 
 def test_compact_vocabulary_keeps_gpt2_segmentation_with_dense_ids(compact):
     meta = json.load(open(compact / "data" / "small" / "meta.json"))
-    full_encode, _, _, full_eot = data.get_tokenizer("gpt2")
-    encode, decode, vocab_size, eot = data.get_tokenizer("gpt2", meta["compact_vocab"])
+    full_encode, _, _, full_eot = get_tokenizer("gpt2")
+    encode, decode, vocab_size, eot = get_tokenizer("gpt2", meta["compact_vocab"])
     ids = np.concatenate([np.fromfile(compact / "data" / "small" / f"{s}.bin", dtype=np.uint16)
                           for s in ("train", "val")])
     assert vocab_size == meta["vocab_size"] == len(set(ids.tolist())) and ids.max() == vocab_size - 1
@@ -83,7 +84,7 @@ def test_compact_vocabulary_keeps_gpt2_segmentation_with_dense_ids(compact):
 
 def test_text_outside_the_compact_vocabulary_is_one_clear_error(compact):
     meta = json.load(open(compact / "data" / "small" / "meta.json"))
-    encode = data.get_tokenizer("gpt2", meta["compact_vocab"])[0]
+    encode = get_tokenizer("gpt2", meta["compact_vocab"])[0]
     with pytest.raises(SystemExit, match="outside this dataset's compact vocabulary"):
         encode("quantum chromodynamics")
 
@@ -93,12 +94,12 @@ def test_text_outside_the_compact_vocabulary_is_one_clear_error(compact):
 
 def test_wikitext_splits_at_top_level_titles_only(tmp_path):
     titles = make_wikitext(tmp_path / "small.txt")
-    articles = data.split_wikitext((tmp_path / "small.txt").read_text(encoding="utf-8"), "small.txt")
+    articles = split_wikitext((tmp_path / "small.txt").read_text(encoding="utf-8"), "small.txt")
     assert [a["title"] for a in articles] == titles
     for a in articles:
         assert a["text"].startswith(f"= {a['title']} =") and "= = History = =" in a["text"]
         assert a["text"].count("Nothing = else") == 1
-    assert data.split_wikitext("Just one plain text.\n\nNo titles.\n", "plain.txt") == [
+    assert split_wikitext("Just one plain text.\n\nNo titles.\n", "plain.txt") == [
         {"title": "plain.txt", "text": "Just one plain text.\n\nNo titles."}]
 
 
@@ -319,7 +320,7 @@ print(model.eval()(torch.tensor([[1, 2, 3]]))[0].flatten().tolist())
 """
 LOAD_WITH_THE_PROJECT = """
 import torch
-from data import get_tokenizer  # noqa: E402
+from text import get_tokenizer  # noqa: E402
 from machinery.run_files import load_checkpoint
 from model import ModelConfig, build_model
 checkpoint, model = load_checkpoint("{run}", build=lambda config: build_model(ModelConfig(**config)))

@@ -16,6 +16,7 @@ import torch
 from torch.nn import functional as F
 
 import data
+from text import get_tokenizer
 import evaluate
 import prepare_wikipedia as pw
 from machinery import run_files
@@ -94,7 +95,7 @@ def test_bits_per_byte_for_byte_tokens_is_the_loss_over_ln2():
 
 
 def test_gpt2_byte_lengths_add_up_to_the_utf8_bytes_of_the_text():
-    encode, decode, _, eot = data.get_tokenizer("gpt2")
+    encode, decode, _, eot = get_tokenizer("gpt2")
     text = " ".join(WORDS * 3)
     ids = np.array(encode(text) + [eot])
     lengths = evaluate.token_byte_lengths({"tokenizer": "gpt2", "vocab_size": 50257})
@@ -161,7 +162,7 @@ def test_train_eval_iters_0_logs_the_val_loss_evaluate_reports(trained):
 def test_evaluate_input_text_matches_the_prepared_split(trained):
     """The val split's articles, written out as text, score as the split does: --input tokenizes like prepare."""
     meta = json.load(open(trained / "data" / "small" / "meta.json"))
-    _, decode, _, eot = data.get_tokenizer("gpt2", meta["compact_vocab"])
+    _, decode, _, eot = get_tokenizer("gpt2", meta["compact_vocab"])
     ids = np.fromfile(trained / "data" / "small" / "val.bin", dtype=np.uint16).tolist()
     articles, current = [], []
     for i in ids:
@@ -188,7 +189,7 @@ def test_evaluate_input_jsonl_scores_the_articles_text_as_prepare_reads_it_not_t
     result = run("evaluate.py", "--out_dir=run", f"--input={name}", "--device=cpu", cwd=trained)
     assert "removed 12 NUL characters from the articles' text" in result.stdout
     meta = json.load(open(trained / "data" / "small" / "meta.json"))
-    encode = data.get_tokenizer("gpt2", meta["compact_vocab"], [])[0]
+    encode = get_tokenizer("gpt2", meta["compact_vocab"], [])[0]
     expected = sum(len(encode(a["text"].replace("\x00", ""))) + 1 for a in articles) - 1  # all but the first
     assert json.loads(result.stdout.splitlines()[-1])["tokens"] == expected
 
@@ -199,7 +200,7 @@ def test_evaluate_input_leaves_out_and_counts_the_tokens_outside_a_compact_vocab
     text = (trained / "text.txt").read_text(encoding="utf-8")
     (trained / "plain.txt").write_text(text, encoding="utf-8")
     (trained / "unknown.txt").write_text(text.replace(" castle", " quantum castle", 3), encoding="utf-8")
-    unknown = len(data.get_tokenizer("gpt2")[0](" quantum")) * 3
+    unknown = len(get_tokenizer("gpt2")[0](" quantum")) * 3
     plain, mixed = (evaluate_in(trained, "--out_dir=run", f"--input={name}") for name in ("plain.txt", "unknown.txt"))
     assert (plain["tokens_outside_vocab"], mixed["tokens_outside_vocab"]) == (0, unknown)
     assert (mixed["tokens"], mixed["bytes"]) == (plain["tokens"], plain["bytes"])

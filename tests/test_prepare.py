@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import data
+from text import get_tokenizer, split_wikitext
 import prepare_wikipedia as pw
 from conftest import (ENV, ROOT, TINY, assert_interrupted, assert_one_line_error, fill, interrupted_at,
                       make_wikitext, prepare_wikitext2, run, wikitext, word_articles)
@@ -89,13 +90,13 @@ def test_wikitext2_val_makes_val_bin_of_that_split_alone_as_val_input_does(wikit
              "--tokenizer", "byte", "--out_dir", str(tmp_path), "--name", "by_input"])
     for f in ("train.bin", "val.bin"):
         assert (out / f).read_bytes() == (tmp_path / "by_input" / f).read_bytes()
-    encode, _, _, eot = data.get_tokenizer("byte")
-    whole = {split: b"".join(bytes(encode(a["text"]) + [eot]) for a in data.split_wikitext(wikitext(i).decode(), ""))
+    encode, _, _, eot = get_tokenizer("byte")
+    whole = {split: b"".join(bytes(encode(a["text"]) + [eot]) for a in split_wikitext(wikitext(i).decode(), ""))
              for split, i in (("train", 1), ("val", 2))}  # every article of valid.txt trains, every one of test.txt
     assert (out / "train.bin").read_bytes() == np.frombuffer(whole["train"], np.uint8).astype(np.uint16).tobytes()
     assert (out / "val.bin").read_bytes() == np.frombuffer(whole["val"], np.uint8).astype(np.uint16).tobytes()
     meta = json.loads((out / "meta.json").read_text())
-    assert meta["val_fraction"] is None and meta["val_articles"] == len(data.split_wikitext(wikitext(2).decode(), ""))
+    assert meta["val_fraction"] is None and meta["val_articles"] == len(split_wikitext(wikitext(2).decode(), ""))
 
 
 @pytest.mark.parametrize("args, fragment", [
@@ -217,12 +218,12 @@ def test_wikitext103_takes_whole_articles_until_each_split_holds_the_tokens_aske
     assert printed.index("downloading") < printed.index("tokenized")
     assert "tokenized" in printed and "'val': 6" in printed
     meta = json.load(open(out / "meta.json"))
-    _, decode, _, eot = data.get_tokenizer("gpt2")
-    source = {a["text"] for a in data.split_wikitext("".join(wikitext103_host.lines), "x")}
+    _, decode, _, eot = get_tokenizer("gpt2")
+    source = {a["text"] for a in split_wikitext("".join(wikitext103_host.lines), "x")}
     splits = {split: read_split(out, split, decode, eot) for split in ("train", "val")}
     assert set(splits["train"]) | set(splits["val"]) <= source and not set(splits["train"]) & set(splits["val"])
     for split, asked in (("train", 2500), ("val", 600)):
-        last = len(data.get_tokenizer("gpt2")[0](splits[split][-1])) + 1
+        last = len(get_tokenizer("gpt2")[0](splits[split][-1])) + 1
         assert meta[f"{split}_tokens"] >= asked > meta[f"{split}_tokens"] - last  # one article fewer falls short
     assert data.prepare_command(out.name).split()[2:5] == ["--wikitext103", "--train_tokens=2500", "--val_tokens=600"]
 
@@ -313,7 +314,7 @@ def test_input_split_is_by_article_and_meta_counts_match_bins(tmp_path, tokenize
              "--val_fraction", "0.25", "--out_dir", str(tmp_path), "--name", "small"])
     out = tmp_path / "small"
     meta = json.load(open(out / "meta.json"))
-    _, decode, vocab_size, eot_token = data.get_tokenizer(tokenizer)
+    _, decode, vocab_size, eot_token = get_tokenizer(tokenizer)
     train, val = read_split(out, "train", decode, eot_token), read_split(out, "val", decode, eot_token)
     texts = [a["text"] for a in pw.read_input([str(tmp_path / "small.txt")])]
     assert len(val) == 3 and len(train) == 9
@@ -384,7 +385,7 @@ def test_nul_in_articles_never_becomes_an_end_of_text_inside_an_article(tmp_path
     pw.main(["--input", str(tmp_path / "a.jsonl"), "--tokenizer", "byte", "--min_chars", "0", "--val_fraction", "0",
              "--out_dir", str(tmp_path), "--name", "nul"])
     assert "removed 8 NUL characters" in capsys.readouterr().out
-    _, decode, _, eot_token = data.get_tokenizer("byte")
+    _, decode, _, eot_token = get_tokenizer("byte")
     assert sorted(read_split(tmp_path / "nul", "train", decode, eot_token)) == [f"Article {i}." for i in range(4)]
 
 
@@ -436,7 +437,7 @@ def test_an_out_dir_that_cannot_hold_the_dataset_is_one_line_error(tmp_path, whe
 
 def test_ctrl_c_while_preparing_local_text_is_one_line(tmp_path):
     (tmp_path / "t.txt").write_text(" = T = \n Text .\n")
-    result = interrupted_at("data", "split_wikitext", "prepare_wikipedia.py", "--input", "t.txt", "--tokenizer",
+    result = interrupted_at("text", "split_wikitext", "prepare_wikipedia.py", "--input", "t.txt", "--tokenizer",
                             "byte", cwd=tmp_path)
     assert_interrupted(result, "run the same command again")
 

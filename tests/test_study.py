@@ -504,7 +504,7 @@ def test_paper_dry_run_prints_the_plan_and_its_cost_without_a_gpu():
     assert_one_line_error(result, "no GPU is visible", "--dry_run", "--device=cpu")
 
 
-PROJECT = ["lab/study.py", "train.py", "model.py", "data.py", "configurator.py", "machinery", "tasks", "evaluate.py",
+PROJECT = ["lab/study.py", "train.py", "model.py", "data.py", "text.py", "configurator.py", "machinery", "tasks", "evaluate.py",
            "lab/bench.py", "prepare_wikipedia.py"]
 TINY_PAPER = ["--seeds=2", "--max_iters=2", "--results=smoke", "--device=cpu", "--dtype=float32", "--compile=False",
               "--n_layer=1", "--n_embed=60", "--context_size=32", "--batch_size=2", "--gradient_accumulation_steps=1",
