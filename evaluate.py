@@ -45,7 +45,7 @@ from text import get_tokenizer, gpt2_encoding, read_articles, without_nul
 from machinery.checkpoints import check_same_data, trained_meta
 from machinery.hardware import pick_device
 from machinery.process import fail, on_ctrl_c
-from machinery.run_files import load_checkpoint
+from machinery.checkpoints import load_checkpoint
 from model import ModelConfig, build_model
 
 # -----------------------------------------------------------------------------

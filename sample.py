@@ -23,7 +23,7 @@ from text import get_tokenizer
 from machinery.checkpoints import trained_meta
 from machinery.hardware import pick_device
 from machinery.process import fail, on_ctrl_c
-from machinery.run_files import load_checkpoint
+from machinery.checkpoints import load_checkpoint
 from model import ModelConfig, build_model
 
 on_ctrl_c("stopped sampling", lower="--num_samples or --max_new_tokens")

@@ -72,8 +72,8 @@ master = int(os.environ.get("RANK", 0)) == 0  # rank 0 writes
 checkpoint = None
 restored = {}  # the settings a resume takes from its checkpoint
 if init_from == "resume":  # the checkpoint's settings fill in every key not set here
-    asked = {"dataset": dataset, "seed": seed}
-    checkpoint, restored = run_files.resume(out_dir, asked, user_set, master)
+    from machinery.checkpoints import resume  # a run from scratch never reads that module
+    checkpoint, restored = resume(out_dir, {"dataset": dataset, "seed": seed}, user_set, master)
     globals().update(restored)
     user_set |= restored.keys()
 task = generated_task(dataset)

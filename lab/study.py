@@ -50,7 +50,7 @@ from configurator import add_flag, argument_parser, configure, read_config, spli
 from data import prepare_hint
 from machinery.files import hold_folder, make_folder, note_holder, temporary_path, write_atomic
 from machinery.process import fail, on_ctrl_c
-from machinery.run_files import read_log
+from machinery.checkpoints import read_log
 from text import read_text
 from prepare_wikipedia import WIKITEXT2_FILES
 
@@ -142,7 +142,7 @@ def run_dir(results, run, seed):
 
 
 def run_log(path, keys=("iter", "train_loss", "val_loss")):
-    """The records of a run's log.jsonl (run_files.read_log: a torn last line left out), each checked to hold a number
+    """The records of a run's log.jsonl (checkpoints.read_log: a torn last line left out), each checked to hold a number
     at each of keys, which the study reads; one line naming the log and the fix where one does not."""
     try:
         records = read_log(path)[0]

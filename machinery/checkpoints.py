@@ -1,6 +1,7 @@
 """
-A run's folder read back: a resume's checks of its checkpoint and log, and the provenance of the
-checkpoint's model and data for sample.py and evaluate.py. A run from scratch never imports it.
+A run's folder read back: a resume (resume, then the checks of its checkpoint and log), and the
+model, log and provenance of a checkpoint for sample.py and evaluate.py (load_checkpoint,
+read_log). A run from scratch never imports it.
 """
 import json
 import os
@@ -10,9 +11,33 @@ import zipfile
 import torch
 
 from machinery.file_errors import write_error
-from machinery.files import write_atomic
+from machinery.files import hold_folder, write_atomic
 from machinery.process import fail
-from machinery.run_files import read_log
+
+
+def resume(out_dir, asked, user_set, master):
+    """The checkpoint a resumed run goes on from, and the settings it restores (every one not set on
+    the command line or in a config file). asked: the dataset and seed the run was given. Its
+    "log" becomes the records its run logged up to it (older checkpoints: those of log.jsonl)."""
+    ckpt_path = os.path.join(out_dir, "ckpt.pt")
+    if not os.path.exists(ckpt_path):
+        fail(f"no checkpoint at {ckpt_path} to resume from; train with --init_from=scratch "
+             f"first, or set --out_dir")
+    if master:  # before reading the checkpoint: a second process resuming it would repeat its steps
+        hold_folder(out_dir, "--out_dir")
+    checkpoint = read_checkpoint(ckpt_path, "cpu", "restore a good copy or train from scratch in a "
+                                                   "new --out_dir")
+    # and not another run's checkpoint, put in its folder
+    checkpoint["log"] = checkpoint_log(os.path.join(out_dir, "log.jsonl"), checkpoint, ckpt_path)
+    saved = checkpoint["train_config"]
+    # the seed draws the batches and the evaluation batches: a new one breaks the curves
+    for key in ("dataset", "seed"):
+        if key in user_set and asked[key] != saved[key]:
+            fail(f"{ckpt_path} was trained with {key}={saved[key]!r}, not {asked[key]!r}; "
+                 f"drop --{key} to resume it")
+    restored = {k: v for k, v in saved.items()
+                if k not in user_set | {"out_dir", "init_from", "overwrite"}}
+    return checkpoint, restored
 
 
 def check_resume(checkpoint, config, settings, meta, hint, master):
@@ -313,3 +338,43 @@ def trained_meta(checkpoint, ckpt_path, data_dir=None, read_meta=None, hint=None
     check_tokenizer_record(meta, checkpoint, meta_path,
                            f"prepare '{dataset}' again as it was for training")
     return meta
+
+
+def read_log(path):
+    """The records of a run's log.jsonl (one JSON object per evaluation) and whether its last line
+    was torn, cut short by a crash or a full disk, and left out; a broken line before the last
+    stops with one line naming it."""
+    if not os.path.exists(path):
+        return [], False
+    if os.path.isdir(path):
+        fail(f"{path} is a folder, not a log; move it out of the way, then run again")
+    with open(path, "rb") as f:
+        lines = [line for line in f.read().split(b"\n") if line.strip()]
+    records = []
+    for i, line in enumerate(lines):
+        try:
+            record = json.loads(line)
+            record["iter"]  # every record has one
+        except (ValueError, KeyError, TypeError):
+            if i < len(lines) - 1:
+                fail(f"{path} line {i + 1} is not a JSON record; delete that line, then run again")
+            return records, True
+        records.append(record)
+    return records, False
+
+
+def load_checkpoint(out_dir, device="cpu", fix="use another run's --out_dir", build=None):
+    """(checkpoint dict, model with its weights on device, in eval mode) of out_dir/ckpt.pt, or one
+    line saying what is wrong. build: the model of a model_config dict, e.g.
+    `lambda c: build_model(ModelConfig(**c))` (model.py)."""
+    ckpt_path = os.path.join(out_dir, "ckpt.pt")
+    if not os.path.exists(ckpt_path):
+        fail(f"no checkpoint at {ckpt_path}; train one with train.py --out_dir={out_dir}, "
+             f"or point --out_dir at a run's folder")
+    checkpoint = read_checkpoint(ckpt_path, device, fix)
+    try:
+        model = build(checkpoint["model_config"])
+        model.load_state_dict(checkpoint["model"])
+    except Exception as e:
+        fail(f"checkpoint {ckpt_path} is unreadable ({type(e).__name__}); {fix}")
+    return checkpoint, model.to(device).eval()

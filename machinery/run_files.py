@@ -7,34 +7,8 @@ import os
 import torch
 
 from machinery import distributed
-from machinery.files import claim_folder, hold_folder, write_atomic
+from machinery.files import claim_folder, write_atomic
 from machinery.process import fail
-
-
-def resume(out_dir, asked, user_set, master):
-    """The checkpoint a resumed run goes on from, and the settings it restores (every one not set on
-    the command line or in a config file). asked: the dataset and seed the run was given. Its
-    "log" becomes the records its run logged up to it (older checkpoints: those of log.jsonl)."""
-    from machinery.checkpoints import checkpoint_log, read_checkpoint
-    ckpt_path = os.path.join(out_dir, "ckpt.pt")
-    if not os.path.exists(ckpt_path):
-        fail(f"no checkpoint at {ckpt_path} to resume from; train with --init_from=scratch "
-             f"first, or set --out_dir")
-    if master:  # before reading the checkpoint: a second process resuming it would repeat its steps
-        hold_folder(out_dir, "--out_dir")
-    checkpoint = read_checkpoint(ckpt_path, "cpu", "restore a good copy or train from scratch in a "
-                                                   "new --out_dir")
-    # and not another run's checkpoint, put in its folder
-    checkpoint["log"] = checkpoint_log(os.path.join(out_dir, "log.jsonl"), checkpoint, ckpt_path)
-    saved = checkpoint["train_config"]
-    # the seed draws the batches and the evaluation batches: a new one breaks the curves
-    for key in ("dataset", "seed"):
-        if key in user_set and asked[key] != saved[key]:
-            fail(f"{ckpt_path} was trained with {key}={saved[key]!r}, not {asked[key]!r}; "
-                 f"drop --{key} to resume it")
-    restored = {k: v for k, v in saved.items()
-                if k not in user_set | {"out_dir", "init_from", "overwrite"}}
-    return checkpoint, restored
 
 
 def start(checkpoint, model, optimizer, scaler, settings, meta, command, prepare_hint):
@@ -106,7 +80,6 @@ def check_finite(loss, iter_num, out_dir):
             stop_non_finite({"loss": loss}, iter_num, os.path.join(out_dir, "ckpt.pt"))
 
 
-
 def stop_non_finite(losses, iter_num, ckpt_path):
     what = ", ".join(f"{k}={v}" for k, v in losses.items() if not math.isfinite(v))
     fail(f"non-finite {what} at iteration {iter_num}: stopped; the last good checkpoint "
@@ -146,44 +119,3 @@ def start_wandb(settings, checkpoint):
         fail(f"W&B could not start ({type(e).__name__}: {detail}); log in with `wandb login`, log "
              f"offline with WANDB_MODE=offline, or train without it: --wandb_log=False")
     return run  # its id is saved in the checkpoints: a resume goes on in this W&B run
-
-
-def load_checkpoint(out_dir, device="cpu", fix="use another run's --out_dir", build=None):
-    """(checkpoint dict, model with its weights on device, in eval mode) of out_dir/ckpt.pt, or one
-    line saying what is wrong. build: the model of a model_config dict, e.g.
-    `lambda c: build_model(ModelConfig(**c))` (model.py)."""
-    from machinery.checkpoints import read_checkpoint
-    ckpt_path = os.path.join(out_dir, "ckpt.pt")
-    if not os.path.exists(ckpt_path):
-        fail(f"no checkpoint at {ckpt_path}; train one with train.py --out_dir={out_dir}, "
-             f"or point --out_dir at a run's folder")
-    checkpoint = read_checkpoint(ckpt_path, device, fix)
-    try:
-        model = build(checkpoint["model_config"])
-        model.load_state_dict(checkpoint["model"])
-    except Exception as e:
-        fail(f"checkpoint {ckpt_path} is unreadable ({type(e).__name__}); {fix}")
-    return checkpoint, model.to(device).eval()
-
-
-def read_log(path):
-    """The records of a run's log.jsonl (one JSON object per evaluation) and whether its last line
-    was torn, cut short by a crash or a full disk, and left out; a broken line before the last
-    stops with one line naming it."""
-    if not os.path.exists(path):
-        return [], False
-    if os.path.isdir(path):
-        fail(f"{path} is a folder, not a log; move it out of the way, then run again")
-    with open(path, "rb") as f:
-        lines = [line for line in f.read().split(b"\n") if line.strip()]
-    records = []
-    for i, line in enumerate(lines):
-        try:
-            record = json.loads(line)
-            record["iter"]  # every record has one
-        except (ValueError, KeyError, TypeError):
-            if i < len(lines) - 1:
-                fail(f"{path} line {i + 1} is not a JSON record; delete that line, then run again")
-            return records, True
-        records.append(record)
-    return records, False

@@ -19,7 +19,7 @@ import torch
 
 import data
 from text import get_tokenizer, gpt2_encoding, split_wikitext
-from machinery import files, run_files
+from machinery import checkpoints, files
 import prepare_wikipedia as pw
 from model import ModelConfig, build_model
 from conftest import (ROOT, assert_one_line_error, copy_run, killed_write, log, make_wikitext, prepare_wikitext2, run,
@@ -215,22 +215,22 @@ def test_broken_dataset_is_refused_at_start_naming_the_file_and_the_rebuild(work
 
 def test_read_log_returns_the_records_and_whether_the_last_line_was_torn(tmp_path):
     path = str(tmp_path / "log.jsonl")
-    assert run_files.read_log(path) == ([], False)  # no log yet
+    assert checkpoints.read_log(path) == ([], False)  # no log yet
     (tmp_path / "log.jsonl").write_text('{"iter": 0, "val_loss": 5.0}\n\n{"iter": 2, "val_loss": 4.0}\n')
-    assert run_files.read_log(path) == ([{"iter": 0, "val_loss": 5.0}, {"iter": 2, "val_loss": 4.0}], False)
+    assert checkpoints.read_log(path) == ([{"iter": 0, "val_loss": 5.0}, {"iter": 2, "val_loss": 4.0}], False)
     with open(path, "a") as f:
         f.write('{"iter": 4, "val_lo')  # a full disk while appending
-    assert run_files.read_log(path) == ([{"iter": 0, "val_loss": 5.0}, {"iter": 2, "val_loss": 4.0}], True)
+    assert checkpoints.read_log(path) == ([{"iter": 0, "val_loss": 5.0}, {"iter": 2, "val_loss": 4.0}], True)
     (tmp_path / "log.jsonl").write_text('{"iter": 0}\n{"no_iter": 1}\n{"iter": 4}\n')  # a record without "iter"
     with pytest.raises(SystemExit) as exit:
-        run_files.read_log(path)
+        checkpoints.read_log(path)
     assert_one_line_error(str(exit.value.code), f"{path} line 2 is not a JSON record", "delete that line")
 
 
 def test_a_log_that_is_a_folder_is_one_line_error_naming_it(tmp_path):
     (tmp_path / "log.jsonl").mkdir()
     with pytest.raises(SystemExit) as exit:
-        run_files.read_log(str(tmp_path / "log.jsonl"))
+        checkpoints.read_log(str(tmp_path / "log.jsonl"))
     assert_one_line_error(str(exit.value.code), f"{tmp_path / 'log.jsonl'} is a folder, not a log", "move it out")
 
 
@@ -321,7 +321,7 @@ print(model.eval()(torch.tensor([[1, 2, 3]]))[0].flatten().tolist())
 LOAD_WITH_THE_PROJECT = """
 import torch
 from text import get_tokenizer  # noqa: E402
-from machinery.run_files import load_checkpoint
+from machinery.checkpoints import load_checkpoint
 from model import ModelConfig, build_model
 checkpoint, model = load_checkpoint("{run}", build=lambda config: build_model(ModelConfig(**config)))
 meta = checkpoint["dataset_meta"]
@@ -336,12 +336,12 @@ def build(config):
 
 def test_the_readme_lines_load_a_model_in_someone_elses_code(workdir, tmp_path):
     """With model.py alone beside it (no data/, nothing else of the project), and with the project on the path: the
-    logits and the greedy text of the model that run_files.load_checkpoint gives."""
+    logits and the greedy text of the model that checkpoints.load_checkpoint gives."""
     shutil.copy(os.path.join(ROOT, "model.py"), tmp_path / "model.py")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     code = LOAD_WITH_MODEL_PY_ONLY.format(run=workdir / "out_full")
     alone = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
-    checkpoint, model = run_files.load_checkpoint(str(workdir / "out_full"), build=build)
+    checkpoint, model = checkpoints.load_checkpoint(str(workdir / "out_full"), build=build)
     with torch.no_grad():
         assert json.loads(alone.stdout) == model(torch.tensor([[1, 2, 3]]))[0].flatten().tolist(), alone.stderr
     code = LOAD_WITH_THE_PROJECT.format(run=workdir / "out_full")

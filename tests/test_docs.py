@@ -387,7 +387,7 @@ def test_the_write_ups_best_is_said_to_weight_its_embedding_loss_as_its_config_d
 
 
 def test_the_readme_says_sampling_needs_only_the_runs_folder_and_checks_a_meta_json_there():
-    """As machinery/run_files.trained_meta does (tests/test_sample.py runs it both ways)."""
+    """As machinery/checkpoints.trained_meta does (tests/test_sample.py runs it both ways)."""
     assert "need only the run's folder: the checkpoint carries its tokenizer" in readme()
     assert "`data/<dataset>/meta.json` under the working folder is checked against it" in readme()
 

@@ -19,7 +19,7 @@ import data
 from text import get_tokenizer
 import evaluate
 import prepare_wikipedia as pw
-from machinery import run_files
+from machinery import checkpoints
 from model import ModelConfig, build_model
 from tasks import reversal
 from conftest import ENV, ROOT, WORDS, assert_interrupted, assert_one_line_error, interrupted_at, run, tiny_model
@@ -246,7 +246,7 @@ def test_evaluate_a_reversal_checkpoint_gives_the_held_out_accuracy_train_py_log
     monkeypatch.setattr(reversal, "split", lambda: (train_sequences, held_out_sequences))
     trained_on = evaluate_in(reversal_run, "--out_dir=rev", "--split=train", "--device=cpu")
     assert trained_on["sequences"] == sum(map(len, train_sequences.values()))
-    model = run_files.load_checkpoint(str(reversal_run / "rev"), build=build)[1]
+    model = checkpoints.load_checkpoint(str(reversal_run / "rev"), build=build)[1]
     assert trained_on["accuracy"] == reversal.accuracy(model, train_sequences, "cpu")
     (tmp_path / "text.txt").write_text("3 5 4\n")
     with pytest.raises(SystemExit) as exit:

@@ -19,7 +19,7 @@ import pytest
 
 import data
 import prepare_wikipedia as pw
-from machinery import run_files
+from machinery import checkpoints
 from lab import study
 from configurator import read_config
 from conftest import (ASCII_WORDS, ENV, ROOT, assert_interrupted, assert_one_line_error, kill_all, run,
@@ -315,7 +315,7 @@ def test_a_long_run_starts_from_the_finished_short_run_of_its_config_and_seed_on
     out = tmp_path / "long" / "baseline_seed0"
     assert study.start_from_shorter_run("long", "baseline", 0, str(out)) == 20
     assert (out / "ckpt.pt").read_bytes() == b"weights at step 20"
-    records, torn = run_files.read_log(str(out / "log.jsonl"))
+    records, torn = checkpoints.read_log(str(out / "log.jsonl"))
     assert records[-1]["iter"] == 20 and not torn
     assert sorted(p.name for p in out.iterdir()) == ["ckpt.pt", "log.jsonl"]  # no temporary file left
     assert study.start_from_shorter_run("long", "baseline", 1, str(tmp_path / "long" / "baseline_seed1")) is None
@@ -504,8 +504,8 @@ def test_paper_dry_run_prints_the_plan_and_its_cost_without_a_gpu():
     assert_one_line_error(result, "no GPU is visible", "--dry_run", "--device=cpu")
 
 
-PROJECT = ["lab/study.py", "train.py", "model.py", "data.py", "text.py", "configurator.py", "machinery", "tasks", "evaluate.py",
-           "lab/bench.py", "prepare_wikipedia.py"]
+PROJECT = ["lab/study.py", "train.py", "model.py", "data.py", "text.py", "configurator.py", "machinery", "tasks",
+           "evaluate.py", "lab/bench.py", "prepare_wikipedia.py"]
 TINY_PAPER = ["--seeds=2", "--max_iters=2", "--results=smoke", "--device=cpu", "--dtype=float32", "--compile=False",
               "--n_layer=1", "--n_embed=60", "--context_size=32", "--batch_size=2", "--gradient_accumulation_steps=1",
               "--eval_interval=1", "--eval_iters=2", "--warmup_iters=1"]
@@ -533,7 +533,8 @@ def test_paper_suite_smoke_run_on_the_cpu_every_configuration_then_its_summary(t
     for run_ in study.SUITES["paper"]["runs"]:
         assert f"| {run_} |" in out.split("total:")[0]
         for seed in (0, 1):
-            assert run_files.read_log(str(tmp_path / "smoke" / f"{run_}_seed{seed}" / "log.jsonl"))[0][-1]["iter"] == 2
+            log = str(tmp_path / "smoke" / f"{run_}_seed{seed}" / "log.jsonl")
+            assert checkpoints.read_log(log)[0][-1]["iter"] == 2
     assert "every run of the paper study is done in smoke/" in study_copy()  # resumes nothing it has finished
     table = study_copy("--summary")
     assert "| encdec_mse_pos_sub | 2 | 3.378 |" in table and "| baseline | 2 | 3.424 |" in table
