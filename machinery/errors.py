@@ -1,14 +1,20 @@
 """
 The one line for an error a normal run never meets, imported only where one occurs: a device this
-machine has not got, a failed torch.compile, a DDP step that cannot be shared out, a peer gone.
+machine has not got, a failed torch.compile, a DDP step that cannot be shared out, a peer gone, a
+setting or config file the configurator cannot take.
 """
 import math
 import os
 import re
+import sys
 
 import torch
 
 from machinery.process import fail
+
+# config_error leaves its frames out of a config file's traceback
+CONFIGURATOR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "configurator.py")
 
 
 def device_error(device, dtype, resumed_from):
@@ -71,3 +77,83 @@ def peer_gone(error):
                                         or "DistNetworkError" in names):
         return None
     return f"another process of this run ended ({type(error).__name__}: {detail})"
+
+
+def bad_argument(key, text):
+    """The one line for --key without a value, or a boolean's --key given another word."""
+    if text is None:
+        fail(f"'--{key}' has no value; write --{key}=VALUE or --{key} VALUE (python train.py "
+             f"--help lists them)")
+    fail(f"--{key} {text}: {key} takes True or False (any case), not {text!r}; write "
+         f"--{key} (True), --{key}=True or --{key}=False")
+
+
+def bad_setting(key, value, types, defaults, source):
+    """The one line for an unknown key, or a value of the wrong type, in a config file or argv."""
+    if not key:  # '--=value'
+        fail(unknown_argument("--", defaults))
+    if key not in defaults:
+        fail(f"unknown config key '{key}' in {source}; {suggestion(key, defaults)}")
+    takes = "True or False" if types[key] is bool else "a " + types[key].__name__
+    fail(f"{key}={value!r} in {source} has the wrong type: {key} takes {takes}, not a "
+         f"{type(value).__name__}")
+
+
+def config_error(path, e):
+    """The one line for a config file that is not there or does not run: the file and line (the
+    near names beside a file not found), and the fix."""
+    import difflib
+    import glob
+    import traceback
+    if path.startswith("-"):  # '--' alone, '-key=value'
+        return unknown_argument(path, ())
+    if isinstance(e, OSError) and not os.path.isfile(path):
+        names = {*glob.glob(os.path.join(os.path.dirname(path), "*.py")), *glob.glob("config/*.py")}
+        near = difflib.get_close_matches(path, sorted(names), n=2, cutoff=0.6)
+        return (f"config file '{path}' not found; "
+                + (f"did you mean {' or '.join(near)}? " if near else "")
+                + "give a path like config/cpu_baseline.py, or options as --key=value")
+    if isinstance(e, UnicodeDecodeError):
+        return (f"config file {path} is not text (byte {e.start} is not UTF-8); give a Python file "
+                f"like config/cpu_baseline.py")
+    if isinstance(e, SyntaxError):  # also in a config file it imports
+        return f"config file {e.filename} line {e.lineno}: {e.msg}; fix the Python there"
+    if isinstance(e, ValueError) and "null bytes" in str(e):
+        return (f"config file {path} is not Python source ({e}); give a Python file like "
+                f"config/cpu_baseline.py")
+    outside = ("<", sys.prefix, sys.base_prefix)
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if os.path.abspath(f.filename) != CONFIGURATOR and not f.filename.startswith(outside)]
+    where = f"{frames[-1].filename} line {frames[-1].lineno}" if frames else path
+    return f"config file {where} raised {type(e).__name__}: {e}; fix the Python there"
+
+
+def suggestion(key, known, command="python train.py"):
+    """'did you mean ...?' for an unknown key: its name here if it is a nanoGPT or Hugging Face name
+    or written with '-' for '_', else the closest known key."""
+    import difflib
+    aliases = {  # the name here: the same setting's names in nanoGPT and Hugging Face configs
+        "context_size": "block_size n_ctx n_positions max_position_embeddings seq_len",
+        "n_embed": "n_embd hidden_size d_model", "n_head": "n_heads num_heads num_attention_heads",
+        "n_layer": "n_layers num_layers num_hidden_layers", "max_iters": "max_steps",
+        "dropout": "attn_pdrop resid_pdrop embd_pdrop hidden_dropout_prob",
+        "learning_rate": "lr", "min_lr": "min_learning_rate", "warmup_iters": "warmup_steps",
+        "lr_decay_iters": "lr_decay_steps", "grad_clip": "max_grad_norm", "beta1": "adam_beta1",
+        "beta2": "adam_beta2", "eval_interval": "eval_steps", "log_interval": "logging_steps",
+        "out_dir": "output_dir", "batch_size": "per_device_train_batch_size micro_batch_size"}
+    here = [name for name, names in aliases.items() if key in names.split()]
+    if here and here[0] in known:
+        return f"did you mean '{here[0]}'? ({key} is called {here[0]} here)"
+    if key.replace("-", "_") in known:
+        close = [key.replace("-", "_")]
+    else:
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
+    return f"did you mean '{close[0]}'?" if close else f"see {command} --help"
+
+
+def unknown_argument(arg, known, command="python train.py"):
+    """The one line for a command-line argument that is no known --key: the same in every script."""
+    key = arg[2:].partition("=")[0] if arg.startswith("--") else ""
+    if not key:  # '--' alone, '-key', a stray word
+        return f"'{arg}' is not a setting; write --key=value or --key value (see {command} --help)"
+    return f"unknown config key '{key}' in the command line; {suggestion(key, known, command)}"
