@@ -1,5 +1,5 @@
-"""The datasets of data/ and tasks/, a run's batches, the loss over every token of a text (the
-tokenizers and text files: text.py)."""
+"""The datasets of data/ and tasks/, and a run's batches (the tokenizers and text files: text.py;
+the loss over every token of a text: evaluate.py)."""
 import importlib
 import json
 import os
@@ -264,65 +264,3 @@ class Batches:
         """Evaluation batch k of a split: the same at every evaluation."""
         rng = np.random.default_rng([self.seed, 1 + ("train", "val").index(split), k, 0])
         return self.get(split, rng, self.batch_size)
-
-
-def window_starts(n_tokens, block):
-    """Start of each window over n_tokens tokens: every token but the first is a target exactly
-    once."""
-    return list(range(0, n_tokens - 1, block))
-
-
-@torch.no_grad()
-def window_losses(model, tokens, block, batch_size, device, starts=None, autocast=None,
-                  progress=None):
-    """Yields (targets, losses) of each batch of windows at `starts` (default: window_starts, so
-    every token of `tokens` but the first, in text order), as int64 and float64 arrays. The model
-    is in eval mode for the call (no dropout). Nothing is kept from batch to batch, so memory
-    does not grow with the length of the text."""
-    from model import row_cross_entropy
-    was_training = model.training
-    model.eval()
-    starts = window_starts(len(tokens), block) if starts is None else starts
-    lengths = [min(block, len(tokens) - 1 - s) for s in starts]
-    for i in range(0, len(starts), batch_size):
-        batch = list(zip(starts[i:i + batch_size], lengths[i:i + batch_size]))
-        # a shorter last window goes on its own
-        for T in sorted({n for _, n in batch}, reverse=True):
-            group = [s for s, n in batch if n == T]
-            x = np.stack([tokens[s:s + T] for s in group]).astype(np.int64)
-            y = np.stack([tokens[s + 1:s + 1 + T] for s in group]).astype(np.int64)
-            x = torch.from_numpy(x).to(device)
-            y = torch.from_numpy(y).to(device).flatten()
-            with autocast or torch.autocast(x.device.type, enabled=False):
-                h = model.hidden_states(x)[0].flatten(0, 1)  # (B*T, C)
-            rows = 256 if x.device.type == "cpu" else len(h)  # a GPU: all rows at once
-            losses = row_cross_entropy(h, model.lm_head.weight, y, rows).double()
-            yield y.cpu().numpy(), losses.cpu().numpy()
-        if progress:
-            progress(min(i + batch_size, len(starts)), len(starts))
-    model.train(was_training)
-
-
-def split_losses(model, data_dir, block, batch_size, device, autocast=None):
-    """{"train_loss", "val_loss", "val_loss_seen_ids"}: the mean loss over every token of val.bin
-    once, and over as many windows of train.bin spread evenly, 512 at most (train.py's evaluation
-    with eval_iters=0); val_loss_seen_ids leaves out the val tokens whose id never occurs in
-    train.bin (no model can learn them; their logits only fall)."""
-    val_tokens = np.memmap(os.path.join(data_dir, "val.bin"), dtype=np.uint16, mode="r")
-    train_tokens = np.memmap(os.path.join(data_dir, "train.bin"), dtype=np.uint16, mode="r")
-    # 512 x context_size: a precise enough mean
-    n_windows = min(512, len(window_starts(len(val_tokens), block)))
-    train_starts = np.linspace(0, len(train_tokens) - block - 1, n_windows).astype(int).tolist()
-    train = np.zeros(2)  # total loss, tokens
-    for _, losses in window_losses(model, train_tokens, block, batch_size, device, train_starts,
-                                   autocast):
-        train += losses.sum(), len(losses)
-    seen_ids = np.zeros(max(int(train_tokens.max()), int(val_tokens.max())) + 1, dtype=bool)
-    seen_ids[np.unique(train_tokens)] = True
-    val = np.zeros(4)  # total loss, tokens; the same over the targets whose id occurs in train.bin
-    for targets, losses in window_losses(model, val_tokens, block, batch_size, device, None,
-                                         autocast):
-        seen = seen_ids[targets]
-        val += losses.sum(), len(losses), losses[seen].sum(), seen.sum()
-    return {"train_loss": float(train[0] / train[1]), "val_loss": float(val[0] / val[1]),
-            "val_loss_seen_ids": float(val[2] / val[3])}

@@ -21,7 +21,7 @@ from contextlib import nullcontext
 import torch
 
 from configurator import configure
-from data import Batches, generated_task, open_dataset, prepare_hint, split_losses
+from data import Batches, generated_task, open_dataset, prepare_hint
 from machinery import distributed, hardware, process, run_files
 from model import ModelConfig, build_model, get_lr, logits_needed
 
@@ -185,8 +185,9 @@ def estimate_loss():
 
 
 def every_token_loss():
-    """Every val token once, and as many train windows (data.split_losses); the embedding loss of
-    one val batch (not a per-token figure)."""
+    """Every val token once, and as many train windows (evaluate.split_losses); the embedding loss
+    of one val batch (not a per-token figure)."""
+    from evaluate import split_losses
     out = split_losses(raw_model, source, block, batch_size, device, autocast)
     if config.embedding_loss != "none":
         with autocast:

@@ -142,7 +142,7 @@ class Meter:
                 sync(self.device)
         forward = time.perf_counter() - t0
         model.train()
-        if eval_iters == 0:  # every val token once: the windows of data.split_losses
+        if eval_iters == 0:  # every val token once: the windows of evaluate.split_losses
             windows = (os.path.getsize(os.path.join(source, "val.bin")) // 2 - 1) / batches.block
             eval_iters = math.ceil(math.ceil(windows) / batches.batch_size)
         self.step_estimate = 3 * micro_steps * forward
