@@ -40,9 +40,10 @@ import numpy as np
 import torch
 
 from configurator import add_flag, argument_parser
-from data import find_dataset, generated_task, prepare_hint, read_meta
+from data import generated_task
 from text import get_tokenizer, gpt2_encoding, read_articles, without_nul
-from machinery.checkpoints import check_same_data, load_checkpoint, trained_meta
+from machinery.checkpoints import check_same_data, find_dataset, load_checkpoint, trained_meta
+from machinery.errors import prepare_hint
 from machinery.hardware import pick_device
 from machinery.process import fail, on_ctrl_c
 from model import ModelConfig, build_model, row_cross_entropy
@@ -191,8 +192,7 @@ def main(argv=None):
     if task is not None:
         return task_accuracy(args, task, dataset, model, autocast)
     data_dir = None if args.input else found
-    meta = trained_meta(checkpoint, os.path.join(args.out_dir, "ckpt.pt"), data_dir, read_meta,
-                        prepare_hint)
+    meta = trained_meta(checkpoint, os.path.join(args.out_dir, "ckpt.pt"), data_dir)
     if args.compile:
         model.hidden_states = torch.compile(model.hidden_states)
 
@@ -214,8 +214,7 @@ def main(argv=None):
                  f"nor in the repository's folder: evaluate where it is, prepare it with {hint}, "
                  f"or give any text with --input=FILE")
         # its text, not only its tokens
-        check_same_data(checkpoint, meta, dataset, training=True, data_dir=data_dir,
-                        hint=prepare_hint)
+        check_same_data(checkpoint, meta, dataset, training=True, data_dir=data_dir)
         source = os.path.join(data_dir, f"{args.split}.bin")
         n_tokens = os.path.getsize(source) / 2 if os.path.isfile(source) else None  # 2 bytes each
         expected = meta.get(f"{args.split}_tokens", n_tokens)

@@ -18,12 +18,11 @@ from contextlib import nullcontext
 import torch
 
 from configurator import add_flag, argument_parser
-from data import find_dataset, generated_task, prepare_hint, read_meta
+from data import generated_task
 from text import get_tokenizer
-from machinery.checkpoints import trained_meta
+from machinery.checkpoints import find_dataset, load_checkpoint, trained_meta
 from machinery.hardware import pick_device
 from machinery.process import fail, on_ctrl_c
-from machinery.checkpoints import load_checkpoint
 from model import ModelConfig, build_model
 
 on_ctrl_c("stopped sampling", lower="--num_samples or --max_new_tokens")
@@ -131,7 +130,7 @@ if task is not None:  # a generated task has one right answer: greedy, unless --
         print(task.show(prompt, y[0, x.shape[1]:].tolist()))
     sys.exit(0)
 
-meta = trained_meta(checkpoint, ckpt_path, read_meta=read_meta, hint=prepare_hint)
+meta = trained_meta(checkpoint, ckpt_path)
 unknown = []  # the prompt's tokens outside a compact vocabulary
 encode, decode, n_vocab, eot = get_tokenizer(meta["tokenizer"], meta.get("compact_vocab"), unknown)
 prompt = encode("\n" if start is None else start)

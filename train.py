@@ -21,7 +21,7 @@ from contextlib import nullcontext
 import torch
 
 from configurator import configure
-from data import Batches, generated_task, open_dataset, prepare_hint
+from data import Batches, generated_task, open_dataset
 from machinery import distributed, hardware, process, run_files
 from model import ModelConfig, build_model, get_lr, logits_needed
 
@@ -146,7 +146,7 @@ torch.manual_seed(seed)  # the same initial weights in every process
 raw_model = build_model(config).to(device)
 optimizer = raw_model.configure_optimizer(weight_decay, learning_rate, (beta1, beta2), device_type)
 iter_num, best_val_loss, tokens_seen, grad_norm, logged, wandb_run = run_files.start(
-    checkpoint, raw_model, optimizer, scaler, train_config, meta, command, prepare_hint)
+    checkpoint, raw_model, optimizer, scaler, train_config, meta, command)
 saved_iter = iter_num if checkpoint is not None else None  # the checkpoint in out_dir
 checkpoint = None  # free the memory
 # the loss without the (B, T, vocab) logits where they would be large (model.logits_needed)

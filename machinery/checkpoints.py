@@ -11,7 +11,8 @@ import zipfile
 import torch
 
 from machinery.file_errors import write_error
-from machinery.files import hold_folder, write_atomic
+from machinery.errors import REPOSITORY, prepare_hint
+from machinery.files import folder_chain, hold_folder, write_atomic
 from machinery.process import fail
 
 
@@ -40,13 +41,12 @@ def resume(out_dir, asked, user_set, master):
     return checkpoint, restored
 
 
-def check_resume(checkpoint, config, settings, meta, hint, master):
+def check_resume(checkpoint, config, settings, meta, master):
     """A resume's checks before its folder is touched: the checkpoint's model is the one asked for,
-    its data the same (meta; hint: data.prepare_hint, for the message), a finished run ends here,
-    and other settings are noted."""
+    its data the same (meta), a finished run ends here, and other settings are noted."""
     check_resumable(checkpoint, config, settings)
     if meta:  # the same tokens and text as the run so far (a generated task has none)
-        check_same_data(checkpoint, meta, settings["dataset"], training=True, hint=hint)
+        check_same_data(checkpoint, meta, settings["dataset"], training=True)
     exit_if_finished(checkpoint, settings["max_iters"], settings["out_dir"], master)
     note_changes(checkpoint, settings, master)
 
@@ -253,11 +253,10 @@ def set_aside(path, aside, records, on_error, did, which, what="", why=""):
 # provenance: the checkpoint's model and the data it was trained on
 
 
-def check_same_data(checkpoint, meta, dataset, training=False, data_dir=None, hint=None):
+def check_same_data(checkpoint, meta, dataset, training=False, data_dir=None):
     """Stop with one line when data/<dataset> (or data_dir) is not what the checkpoint's model was
     trained on: another tokenizer or token numbering (evaluating or sampling would use the wrong
-    mapping), or, to resume training or evaluate a split (training=True), other text. hint:
-    data.prepare_hint, for the command that prepares it again."""
+    mapping), or, to resume training or evaluate a split (training=True), other text."""
     trained = checkpoint.get("dataset_meta") or {}  # older checkpoints do not say
     keys = ["tokenizer", "vocab_size", "compact_vocab"]
     keys += ["train_token_sum", "val_token_sum"] * training
@@ -265,7 +264,8 @@ def check_same_data(checkpoint, meta, dataset, training=False, data_dir=None, hi
     if changed:
         text_only = set(changed) <= {"train_token_sum", "val_token_sum"}
         what = "its text" if text_only else "its tokens"
-        command = hint(dataset, trained.get("tokenizer", "gpt2"), "compact_vocab" in trained)
+        compact = "compact_vocab" in trained
+        command = prepare_hint(dataset, trained.get("tokenizer", "gpt2"), compact)
         fail(f"{data_dir or 'data/' + dataset} was prepared again since this model was trained on "
              f"it ({what} differ: {', '.join(changed)}); prepare it as it was for training: "
              f"{command}")
@@ -310,12 +310,11 @@ def check_tokenizer_record(meta, checkpoint, where, fix):
         fail(f"the tokenizer record in {where} {problem}; {fix}")
 
 
-def trained_meta(checkpoint, ckpt_path, data_dir=None, read_meta=None, hint=None):
+def trained_meta(checkpoint, ckpt_path, data_dir=None):
     """The meta.json of the dataset the checkpoint's model was trained on (its tokenizer, compact
     vocabulary): that of data_dir (default data/<dataset> in the working folder) where there is
     one, checked against the model, else the copy the checkpoint carries, checked too, so that
-    sample.py and evaluate.py need only the run's folder. read_meta and hint: data.read_meta and
-    data.prepare_hint."""
+    sample.py and evaluate.py need only the run's folder."""
     dataset = checkpoint["train_config"]["dataset"]
     carried = checkpoint.get("dataset_meta") or {}
     data_dir = data_dir or os.path.join("data", dataset)
@@ -334,7 +333,7 @@ def trained_meta(checkpoint, ckpt_path, data_dir=None, read_meta=None, hint=None
              f"tokens), but the model in {ckpt_path} was trained on {trained} tokens "
              f"(vocab_size={vocab_size}): {data_dir} was prepared again with another tokenizer; "
              f"prepare it as it was for training")
-    check_same_data(checkpoint, meta, dataset, data_dir=data_dir, hint=hint)
+    check_same_data(checkpoint, meta, dataset, data_dir=data_dir)
     check_tokenizer_record(meta, checkpoint, meta_path,
                            f"prepare '{dataset}' again as it was for training")
     return meta
@@ -378,3 +377,32 @@ def load_checkpoint(out_dir, device="cpu", fix="use another run's --out_dir", bu
     except Exception as e:
         fail(f"checkpoint {ckpt_path} is unreadable ({type(e).__name__}); {fix}")
     return checkpoint, model.to(device).eval()
+
+
+def find_dataset(dataset, out_dir):
+    """The folder data/<dataset> of a run trained on it: in the working folder, else beside the
+    run's folder or in a folder above it (where the run was trained), else in this repository's
+    folder; None where none holds meta.json."""
+    for folder in ["", *reversed(folder_chain(os.path.abspath(out_dir))), REPOSITORY]:
+        if os.path.exists(os.path.join(folder, "data", dataset, "meta.json")):
+            return os.path.join(folder, "data", dataset)
+    return None
+
+
+def read_meta(dataset, data_dir=None):
+    """data/<dataset>/meta.json (or data_dir's), for a trained model's tokenizer; one line naming
+    the fix when it is missing or broken."""
+    meta_path = os.path.join(data_dir or os.path.join("data", dataset), "meta.json")
+    if not os.path.exists(meta_path):
+        fail(f"{meta_path} not found, and this checkpoint is older than the ones that carry their "
+             f"tokenizer; run from the folder you trained in, or prepare '{dataset}' again")
+    try:
+        with open(meta_path, encoding="utf-8") as f:
+            meta = json.load(f)
+        tokenizer = meta["tokenizer"]
+    except (OSError, ValueError, KeyError, TypeError):  # OSError: e.g. a folder named meta.json
+        tokenizer = None
+    if tokenizer not in ("gpt2", "byte"):
+        fail(f"{meta_path} is not a JSON object naming its tokenizer (gpt2 or byte); "
+             f"prepare '{dataset}' again with prepare_wikipedia.py")
+    return meta

@@ -12,9 +12,8 @@ import torch
 
 from machinery.process import fail
 
-# config_error leaves its frames out of a config file's traceback
-CONFIGURATOR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                            "configurator.py")
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGURATOR = os.path.join(REPOSITORY, "configurator.py")  # config_error leaves out its frames
 
 
 def device_error(device, dtype, resumed_from):
@@ -157,3 +156,119 @@ def unknown_argument(arg, known, command="python train.py"):
     if not key:  # '--' alone, '-key', a stray word
         return f"'{arg}' is not a setting; write --key=value or --key value (see {command} --help)"
     return f"unknown config key '{key}' in the command line; {suggestion(key, known, command)}"
+
+
+def prepare_command(dataset, offline=False):
+    """The command that builds data/<dataset> under the default names, for the hint when it is
+    missing. offline: from local copies of the files it downloads (--input PATH/valid.txt: a copy
+    of WikiText-2's valid.txt, checked)."""
+    splits = "train|valid|test"
+    wikitext2 = re.fullmatch(rf"wikitext2_({splits}|all)(?:-({splits}))?_(gpt2|byte)(c?)", dataset)
+    if wikitext2:
+        splits = [wikitext2[1], wikitext2[2]]
+        if wikitext2[1] == "all":
+            splits = ["train", "valid", "test"]
+        paths = " ".join(f"PATH/{split}.txt" for split in splits if split)
+        return (f"python prepare_wikipedia.py --wikitext2={wikitext2[1]} --tokenizer={wikitext2[3]}"
+                + f" --wikitext2_val={wikitext2[2]}" * bool(wikitext2[2])
+                + " --compact_vocab" * bool(wikitext2[4]) + f" --input {paths}" * offline)
+    wikitext103 = re.fullmatch(r"wikitext103(?:_(\d+)-(\d+))?(_byte)?(c?)", dataset)
+    if wikitext103:
+        sizes = f" --train_tokens={wikitext103[1]} --val_tokens={wikitext103[2]}"
+        return ("python prepare_wikipedia.py --wikitext103" + sizes * bool(wikitext103[1])
+                + " --tokenizer=byte" * bool(wikitext103[3])
+                + " --compact_vocab" * bool(wikitext103[4]) + " --input PATH/" * offline)
+    return f"python prepare_wikipedia.py --input PATH --name={dataset}"
+
+
+def prepare_hint(dataset, tokenizer, compact=False, offline=False):
+    """prepare_command in backquotes, with --tokenizer (and --compact_vocab) where the name does not
+    already say it."""
+    command = prepare_command(dataset, offline)
+    if "--tokenizer" not in command and tokenizer != "gpt2":
+        command += f" --tokenizer={tokenizer}"
+    if compact and "--compact_vocab" not in command:
+        command += " --compact_vocab"
+    return f"`{command}`"
+
+
+def refuse_task(dataset, path, data_dir, task=None, interface=()):
+    """The one line for a task module that shares its name with a dataset folder, or (given the
+    module) lacks a name of the interface."""
+    if task is None:
+        fail(f"--dataset={dataset} names both the task {path} and the dataset folder {data_dir}/; "
+             f"rename one of them (prepare the text again with another --name)")
+    missing = [name for name in interface if not hasattr(task, name)]
+    fail(f"the task module {path} lacks {', '.join(missing)}; a task gives "
+         f"{', '.join(interface)} (see tasks/reversal.py)")
+
+
+def refuse_dataset(dataset, block, vocab_size):
+    """The one line for a dataset data.check_dataset refuses: missing (the command that prepares it,
+    the datasets data/ holds, the tasks, which need none), broken (what is wrong, and the command
+    that prepares it again), or of more tokens than the run's vocab_size."""
+    import glob
+    import json
+
+    import numpy as np
+    data_dir = os.path.join("data", dataset)
+    try:
+        with open(os.path.join(data_dir, "meta.json"), encoding="utf-8") as f:
+            meta = json.load(f)
+        meta["vocab_size"]
+    except (OSError, ValueError, KeyError, TypeError):  # OSError: e.g. a folder named meta.json
+        meta = {}
+    tokenizer = "byte" if vocab_size is not None and vocab_size <= 256 else "gpt2"
+    if not all(os.path.exists(os.path.join(data_dir, f))
+               for f in ("train.bin", "val.bin", "meta.json")):
+        online = prepare_hint(dataset, tokenizer)
+        offline = prepare_hint(dataset, tokenizer, offline=True)
+        where = f" (it downloads; offline, from your copy of the files: {offline})"
+        held = sorted(os.path.basename(os.path.dirname(path))
+                      for path in glob.glob(os.path.join("data", "*", "meta.json")))
+        tasks = os.path.join(REPOSITORY, "tasks", "[a-z]*.py")
+        tasks = sorted(f"--dataset={os.path.basename(path)[:-3]}" for path in glob.glob(tasks))
+        fail(f"dataset '{dataset}' not found in data/{dataset}/ (data/ holds "
+             f"{', '.join(held) or 'no dataset'}): run {online}{where * ('--wikitext' in online)}, "
+             f"or try a task that needs no data: {' or '.join(tasks)}")
+    dataset_vocab = meta.get("vocab_size")
+
+    def refuse(problem, fix=""):
+        hint = prepare_hint(dataset, meta.get("tokenizer", tokenizer))
+        fail(f"{problem}; prepare the dataset again: {hint}{fix}")
+    if type(dataset_vocab) is not int or dataset_vocab < 1:
+        refuse(f"{data_dir}/meta.json is not a JSON object with a positive vocab_size")
+    for split in ("train", "val"):
+        path = os.path.join(data_dir, f"{split}.bin")
+        expected = meta.get(f"{split}_tokens")
+        n_bytes = os.path.getsize(path)
+        if n_bytes % 2:
+            refuse(f"{path} has an odd number of bytes ({n_bytes:,}), not 2 per token: it was cut "
+                   f"short")
+        if expected is not None and n_bytes != 2 * expected:
+            refuse(f"{path} has {n_bytes // 2:,} tokens, but meta.json says {split}_tokens="
+                   f"{expected:,}: a file cut short, or files of different preparations")
+        if n_bytes == 0 and split == "val":
+            refuse(f"{path} is empty (prepared with --val_fraction 0)", " with --val_fraction 0.05")
+        if n_bytes // 2 <= block:
+            fail(f"{path} has {n_bytes // 2} tokens, too few for context_size={block}; "
+                 f"prepare more text or lower --context_size")
+        tokens = np.memmap(path, dtype=np.uint16, mode="r")
+        largest = int(tokens.max())
+        if largest >= dataset_vocab:
+            refuse(f"{path} holds token id {largest}, but meta.json's vocab_size is "
+                   f"{dataset_vocab}: files of different preparations")
+        if meta.get(f"{split}_token_sum") not in (None, int(tokens.sum(dtype=np.uint64))):
+            refuse(f"{path} does not hold the tokens meta.json was written for ({split}_token_sum "
+                   f"differs): files of different preparations, or a damaged file")
+    fail(f"vocab_size={vocab_size} is smaller than the dataset's {dataset_vocab} tokens; leave "
+         f"vocab_size unset, or prepare data/{dataset} again: {prepare_hint(dataset, tokenizer)}")
+
+
+def task_misfit(dataset, task, context_size, vocab_size):
+    """The one line for a context_size or a vocab_size too small for a task."""
+    if context_size < task.BLOCK_SIZE:
+        fail(f"context_size={context_size} is too short for {dataset} sequences of "
+             f"{task.BLOCK_SIZE} tokens; leave context_size unset")
+    fail(f"vocab_size={vocab_size} is smaller than the dataset's {task.VOCAB_SIZE} tokens; "
+         f"leave vocab_size unset")

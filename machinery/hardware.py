@@ -12,13 +12,12 @@ def pick_device(device, dtype="float32", resumed_from=None):
     """The device (auto: cuda, mps, cpu) and dtype (auto: bfloat16, float16 on an older GPU, float32
     off a GPU), and a CPU's threads; one line where not here (resumed_from: the checkpoint's)."""
     mps = torch.backends.mps.is_available()
-    picked = device
-    if device == "auto":
-        picked = "cuda" if torch.cuda.is_available() else "mps" if mps else "cpu"
+    auto = "cuda" if torch.cuda.is_available() else "mps" if mps else "cpu"
+    picked = auto if device == "auto" else device
     cuda = re.fullmatch(r"cuda(:\d+)?", picked)
     gpu_here = cuda and int(picked[5:] or 0) < torch.cuda.device_count()
     here = picked == "cpu" or picked == "mps" and mps or gpu_here
-    dtypes = ("auto", "float32") if picked == "mps" else ("auto", "float32", "bfloat16", "float16")
+    dtypes = ("auto", "float32") + ("bfloat16", "float16") * (picked != "mps")
     if not here or dtype not in dtypes:
         from machinery.errors import device_error
         device_error(device, dtype, resumed_from)

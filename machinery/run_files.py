@@ -11,14 +11,14 @@ from machinery.files import claim_folder, write_atomic
 from machinery.process import fail
 
 
-def start(checkpoint, model, optimizer, scaler, settings, meta, command, prepare_hint):
+def start(checkpoint, model, optimizer, scaler, settings, meta, command):
     """Claim settings["out_dir"] (a fresh run refused where an earlier run is), start W&B, resume
     the checkpoint. Returns (iter_num, best_val_loss, tokens, grad_norm, the log, W&B run)."""
     out_dir = settings["out_dir"]
     master = int(os.environ.get("RANK", 0)) == 0
     if checkpoint is not None:  # against the model and the data (meta); a finished run ends here
         from machinery import checkpoints
-        checkpoints.check_resume(checkpoint, model.config, settings, meta, prepare_hint, master)
+        checkpoints.check_resume(checkpoint, model.config, settings, meta, master)
     run = None
     with distributed.stop_together():
         if master:  # one process at a time in out_dir; a resume holds it already

@@ -17,9 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-import data
 from text import get_tokenizer, gpt2_encoding, split_wikitext
-from machinery import checkpoints, files
+from machinery import checkpoints, errors, files
 import prepare_wikipedia as pw
 from model import ModelConfig, build_model
 from conftest import (ROOT, assert_one_line_error, copy_run, killed_write, log, make_wikitext, prepare_wikitext2, run,
@@ -106,7 +105,7 @@ def test_wikitext_splits_at_top_level_titles_only(tmp_path):
 @pytest.mark.parametrize("dataset", ["wikitext2_valid_byte", "wikitext2_test_gpt2", "wikitext2_valid_gpt2c",
                                      "wikitext2_valid-test_gpt2c"])
 def test_prepare_command_of_a_wikitext2_dataset_builds_that_dataset(wikitext2_host, tmp_path, dataset):
-    command = data.prepare_command(dataset).split()
+    command = errors.prepare_command(dataset).split()
     assert command[:2] == ["python", "prepare_wikipedia.py"]
     prepare_wikitext2(wikitext2_host, tmp_path, *command[2:])
     assert sorted(os.listdir(tmp_path / dataset)) == ["meta.json", "train.bin", "val.bin"]
@@ -114,11 +113,11 @@ def test_prepare_command_of_a_wikitext2_dataset_builds_that_dataset(wikitext2_ho
 
 @pytest.mark.parametrize("dataset", ["wikitext103_1000-300", "wikitext103_1000-300_byte", "wikitext103_1000-300c"])
 def test_prepare_command_of_a_wikitext103_dataset_builds_that_dataset(wikitext103_host, tmp_path, dataset):
-    command = data.prepare_command(dataset).split()
+    command = errors.prepare_command(dataset).split()
     assert command[:3] == ["python", "prepare_wikipedia.py", "--wikitext103"]
     pw.main([*command[2:], "--wikitext103_url", wikitext103_host.url, "--min_chars", "0", "--out_dir", str(tmp_path)])
     assert sorted(os.listdir(tmp_path / dataset)) == ["meta.json", "train.bin", "val.bin"]
-    assert data.prepare_command("wikitext103") == "python prepare_wikipedia.py --wikitext103"  # the write-up's size
+    assert errors.prepare_command("wikitext103") == "python prepare_wikipedia.py --wikitext103"  # the write-up's size
 
 @pytest.mark.parametrize("dataset", ["wikitext2_valid_gpt2c", "wikitext2_valid-test_gpt2c", "wikitext2_all_byte"])
 def test_offline_prepare_command_builds_from_local_copies_the_dataset_the_download_builds(wikitext2_host, tmp_path,
@@ -127,10 +126,10 @@ def test_offline_prepare_command_builds_from_local_copies_the_dataset_the_downlo
     copies.mkdir()
     for name, body in wikitext2_host.files.items():
         (copies / name).write_bytes(body)
-    offline = data.prepare_command(dataset, offline=True).replace("PATH", str(copies)).split()
+    offline = errors.prepare_command(dataset, offline=True).replace("PATH", str(copies)).split()
     prepare_wikitext2(wikitext2_host, tmp_path / "offline", *offline[2:])
     assert wikitext2_host.ranges == []  # nothing downloaded
-    prepare_wikitext2(wikitext2_host, tmp_path / "online", *data.prepare_command(dataset).split()[2:])
+    prepare_wikitext2(wikitext2_host, tmp_path / "online", *errors.prepare_command(dataset).split()[2:])
     for f in ("train.bin", "val.bin"):
         assert (tmp_path / "offline" / dataset / f).read_bytes() == (tmp_path / "online" / dataset / f).read_bytes()
 

@@ -17,9 +17,8 @@ import threading
 import numpy as np
 import pytest
 
-import data
 import prepare_wikipedia as pw
-from machinery import checkpoints
+from machinery import checkpoints, errors
 from lab import study
 from configurator import read_config
 from conftest import (ASCII_WORDS, ENV, ROOT, assert_interrupted, assert_one_line_error, kill_all, run,
@@ -448,7 +447,7 @@ def test_paper_suite_is_the_write_ups_table_at_its_configurations_on_cuda_bf16_c
         "baseline", "encdec_none", "encdec_mse_pos_sub"]  # the primary comparisons first
     assert suite["seeds"] == [0, 1, 2]
     assert {"--device=cuda", "--dtype=bfloat16", "--compile=True"} <= set(suite["args"])
-    assert data.prepare_command(suite["dataset"]) == "python prepare_wikipedia.py --wikitext103"
+    assert errors.prepare_command(suite["dataset"]) == "python prepare_wikipedia.py --wikitext103"
     params = {run: study.run_cost(study.run_settings("paper", run), 9000)[0] for run in suite["runs"]}
     assert (params["baseline"], params["smaller_baseline"], params["encdec_mse_pos_sub"]) == (
         16_036_800, 15_441_192, 15_763_500)  # the write-up's tables, with GPT-2's vocabulary
