@@ -85,24 +85,20 @@ if task is not None:  # a generated task: its own small model and short schedule
               + ", ".join(f"{k}={v}" for k, v in own.items()))
 # -----------------------------------------------------------------------------
 # checks: every setting's range, before anything is written; one line naming the setting and the fix
-checks = {  # setting: (is the value allowed?, what to use instead)
+least = dict(batch_size=1, gradient_accumulation_steps=1, max_iters=0, warmup_iters=0,
+             lr_decay_iters=0, eval_interval=1, log_interval=1)  # counts: at least these
+checks = {k: (globals()[k] >= n, f"use {n} or more") for k, n in least.items()}
+checks |= {  # setting: (is the value allowed?, what to use instead)
     "init_from": (init_from in ("scratch", "resume"), "use scratch or resume"),
-    "batch_size": (batch_size >= 1, "use a positive number of sequences"),
-    "gradient_accumulation_steps": (gradient_accumulation_steps >= 1, "use 1 or more"),
-    "max_iters": (max_iters >= 0, "use 0 or more steps"),
     "learning_rate": (0 < learning_rate < math.inf, "use a positive number, e.g. 1e-3"),
     "min_lr": (0 <= min_lr <= learning_rate, "use 0 or a positive number up to learning_rate"),
-    "warmup_iters": (warmup_iters >= 0, "use 0 or more steps"),
-    "lr_decay_iters": (lr_decay_iters >= 0, "use 0 or more steps"),
     "weight_decay": (0 <= weight_decay < math.inf, "use 0 or a positive number, e.g. 0.1"),
     "beta1": (0 <= beta1 < 1, "use a number in [0, 1), e.g. 0.9"),
     "beta2": (0 <= beta2 < 1, "use a number in [0, 1), e.g. 0.95"),
     "grad_clip": (0 <= grad_clip < math.inf, "use a gradient norm, e.g. 1.0, or 0: no clipping"),
-    "eval_interval": (eval_interval >= 1, "use a positive number of steps"),
     "eval_iters": (eval_iters >= (task is not None),
-                   f"use a positive number of batches ({dataset} is a generated task: no val.bin)"
-                   if task else "use a positive number of batches, or 0 for every val token"),
-    "log_interval": (log_interval >= 1, "use a positive number of steps"),
+                   f"use 1 or more ({dataset} is a generated task: no val.bin)"
+                   if task else "use 1 or more batches, or 0 for every val token"),
     "seed": (0 <= seed < 2 ** 63, "use an integer from 0 to 2**63 - 1"),
     "dataset": (re.fullmatch(r"[\w.-]+", dataset) is not None, "name a folder of data/ or a task"),
 }
@@ -128,8 +124,7 @@ my_micro_steps = list(range(rank, gradient_accumulation_steps, world_size))  # r
 device_type = device.split(":")[0]  # cuda, mps or cpu
 ptdtype = getattr(torch, dtype)
 autocast = torch.autocast(device_type, dtype=ptdtype) if dtype != "float32" else nullcontext()
-# float16 gradients underflow: the loss is scaled up before backward, and a step with inf / NaN
-# gradients is skipped
+# float16: the loss scaled up before backward (its gradients underflow); a step with inf/NaN skipped
 scaler = torch.amp.GradScaler(device_type, enabled=dtype == "float16")
 torch.backends.cuda.matmul.allow_tf32 = True
 torch.backends.cudnn.allow_tf32 = True
@@ -153,9 +148,8 @@ checkpoint = None  # free the memory
 return_logits = logits_needed(config, device_type, batch_size * block)
 model = raw_model
 if compile:  # as CUDA graphs on one GPU without accumulation (compile_model says why)
-    cuda_graphs = device_type == "cuda" and not ddp and gradient_accumulation_steps == 1
-    model = hardware.compile_model(raw_model, cuda_graphs, batches.train(0, 0), autocast,
-                                   return_logits, master)
+    model = hardware.compile_model(raw_model, gradient_accumulation_steps, batches.train(0, 0),
+                                   autocast, return_logits, master)
 eval_model = model
 model = distributed.wrap(model, device_type)
 # the learning rate of each step: get_lr in model.py, beside the optimizer's settings

@@ -1,10 +1,8 @@
-# CPU-scale versions of the runs of the write-up "Auto-regressive Encoder-Decoder Transformer" (Yan,
-# 2024): the WikiText-2 validation text split by article, byte tokens, ~2 minutes each on a 2-core
-# CPU. Prepare the data once (downloads 1.1 MB):
-#   python prepare_wikipedia.py --wikitext2=valid --tokenizer=byte  # -> data/wikitext2_valid_byte/
-# Offline, from your copy of WikiText-2's valid.txt (checked: the same dataset), add
-# --input=PATH/valid.txt. As in the write-up, each encoder-decoder has at most the parameters of
-# cpu_baseline.py (checked by the tests).
+# The runs of "Auto-regressive Encoder-Decoder Transformer" at CPU scale: byte tokens of
+# WikiText-2's validation text, ~2 min a run on 2 cores; each encoder-decoder has at most the
+# baseline's parameters (tests check it). Data:
+#   python prepare_wikipedia.py --wikitext2=valid --tokenizer=byte  # 1.1 MB download; offline, add
+#   --input=PATH/valid.txt (your copy of WikiText-2's, checked) -> data/wikitext2_valid_byte/
 dataset = "wikitext2_valid_byte"
 vocab_size = 256  # byte tokens (also what data/wikitext2_valid_byte/meta.json says)
 device = "cpu"

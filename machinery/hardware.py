@@ -40,18 +40,19 @@ def pick_device(device, dtype="float32", resumed_from=None):
     return picked, dtype
 
 
-def compile_model(raw_model, cuda_graphs, batch, autocast, return_logits, master):
-    """torch.compile(raw_model), tried on one step before the run trusts it; raw_model itself, with
-    one line, where this torch release cannot compile it (in any process: all go on uncompiled).
-    cuda_graphs: "reduce-overhead", each step replayed as CUDA graphs, one launch instead of
-    hundreds; only on one GPU without gradient accumulation, since a replay writes its gradients
-    into the buffers of the last one, which .grad may still hold, so a sum over micro-steps can
-    lose terms silently (PyTorch issue 96693) or stop with an error (169545)."""
+def compile_model(raw_model, gradient_accumulation_steps, batch, autocast, return_logits, master):
+    """torch.compile(raw_model), tried on one step (batch) before the run trusts it; raw_model
+    itself, with one line, where this torch release cannot compile it (in any process: all go on
+    uncompiled). On one GPU without gradient accumulation, mode "reduce-overhead": each step
+    replayed as CUDA graphs, one launch instead of hundreds; not elsewhere, since a replay writes
+    its gradients into the buffers of the last one, which .grad may still hold, so a sum over
+    micro-steps can lose terms silently (PyTorch issue 96693) or stop with an error (169545)."""
     import sys
 
     from machinery import distributed
     from machinery.errors import compile_failure
-    model = torch.compile(raw_model, mode="reduce-overhead" if cuda_graphs else None)
+    one_gpu_step = batch[0].is_cuda and not distributed.ddp and gradient_accumulation_steps == 1
+    model = torch.compile(raw_model, mode="reduce-overhead" if one_gpu_step else None)
     error = compile_error(model, raw_model, *batch, autocast, return_logits)
     if not distributed.all_sum(error is not None):
         return model
