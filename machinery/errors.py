@@ -272,3 +272,14 @@ def task_misfit(dataset, task, context_size, vocab_size):
              f"{task.BLOCK_SIZE} tokens; leave context_size unset")
     fail(f"vocab_size={vocab_size} is smaller than the dataset's {task.VOCAB_SIZE} tokens; "
          f"leave vocab_size unset")
+
+
+def refuse_overwrite(path):
+    """The one line for a run from scratch in a folder whose ckpt.pt or log.jsonl (path) holds an
+    earlier run's, without --overwrite=True."""
+    if path.endswith("ckpt.pt"):
+        fail(f"{path} already holds a trained model; continue it with --init_from=resume, train in "
+             f"another --out_dir, or replace it with --overwrite=True")
+    # a log without its checkpoint, such as a study's committed results
+    fail(f"{path} holds the log of an earlier run; train in another --out_dir, or replace it with "
+         f"--overwrite=True")

@@ -23,14 +23,16 @@ def start(checkpoint, model, optimizer, scaler, settings, meta, command):
     with distributed.stop_together():
         if master:  # one process at a time in out_dir; a resume holds it already
             claim_folder(out_dir, command, hold=checkpoint is None)
-            if checkpoint is None and not settings["overwrite"]:
-                check_fresh(out_dir)
+            earlier = [os.path.join(out_dir, name) for name in ("ckpt.pt", "log.jsonl")
+                       if checkpoint is None and os.path.exists(os.path.join(out_dir, name))]
+            if earlier and not settings["overwrite"]:  # a fresh run does not replace them
+                from machinery.errors import refuse_overwrite
+                refuse_overwrite(earlier[0])
             run = start_wandb(settings, checkpoint) if settings["wandb_log"] else None
             if checkpoint is not None:
                 checkpoints.rebuild_log(out_dir, checkpoint)
-            for name in ("ckpt.pt", "log.jsonl") if checkpoint is None else ():  # --overwrite
-                if os.path.exists(os.path.join(out_dir, name)):
-                    os.remove(os.path.join(out_dir, name))
+            for path in earlier:  # --overwrite=True
+                os.remove(path)
     if checkpoint is None:
         return 0, float("inf"), 0, None, [], run
     return *checkpoints.restore(checkpoint, model, optimizer, scaler, master), run
@@ -84,20 +86,6 @@ def stop_non_finite(losses, iter_num, ckpt_path):
     what = ", ".join(f"{k}={v}" for k, v in losses.items() if not math.isfinite(v))
     fail(f"non-finite {what} at iteration {iter_num}: stopped; the last good checkpoint "
          f"{ckpt_path} is kept. Lower --learning_rate or raise --warmup_iters")
-
-
-def check_fresh(out_dir):
-    """A run from scratch must not replace a trained model or an earlier run's log without
-    --overwrite=True."""
-    ckpt_path = os.path.join(out_dir, "ckpt.pt")
-    log_path = os.path.join(out_dir, "log.jsonl")
-    if os.path.exists(ckpt_path):
-        fail(f"{ckpt_path} already holds a trained model; continue it with --init_from=resume, "
-             f"train in another --out_dir, or replace it with --overwrite=True")
-    # a log without its checkpoint, such as a study's committed results
-    if os.path.exists(log_path):
-        fail(f"{log_path} holds the log of an earlier run; train in another --out_dir, or replace "
-             f"it with --overwrite=True")
 
 
 def start_wandb(settings, checkpoint):
