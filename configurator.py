@@ -87,12 +87,9 @@ def read_config(path):
             code = compile(f.read(), path, "exec")
         namespace = {}
         exec(code, namespace)
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # sys.exit() in one would end the script without a word
         from machinery.errors import config_error
         fail(config_error(path, e))
-    except SystemExit as e:  # sys.exit() in a config file would end the script without a word
-        fail(f"config file {path} called sys.exit({e.code!r}); a config file only assigns "
-             f"settings: remove that call")
     return {k: v for k, v in namespace.items()
             if not k.startswith("_") and not isinstance(v, type(sys))}
 

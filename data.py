@@ -1,5 +1,4 @@
-"""The datasets of data/ and tasks/, and a run's batches (the tokenizers and text files: text.py;
-the loss over every token of a text: evaluate.py)."""
+"""The datasets of data/ and tasks/, and a run's batches (the tokenizers: text.py)."""
 import importlib
 import json
 import os

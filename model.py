@@ -3,7 +3,6 @@ baseline (decoder-only GPT), encdec (the write-up's: a causal encoder, a decoder
 its output), parallel (encoder and decoder blocks side by side: the draft, "Parallel Encoder-Decoder
 Transformer"). Top to bottom: the config, attention, the blocks, the embedding losses, the model,
 get_lr; then the KV cache, the details for speed only, the checks of the flags."""
-
 import math
 from dataclasses import dataclass, fields
 from typing import Optional
@@ -417,7 +416,6 @@ def get_lr(it, learning_rate, min_lr, warmup_iters, lr_decay_iters, decay_lr=Tru
 
 def build_model(config):
     return Transformer(config)
-
 
 
 def cached_keys_values(cache, attention, kv):

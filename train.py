@@ -202,7 +202,6 @@ def evaluation():
                 "grad_norm": None if grad_norm is None else grad_norm.item(),  # inf: a step skipped
                 **({"grad_scale": scaler.get_scale()} if scaler.is_enabled() else {}),
                 "tokens_per_sec": speed, "mfu": speed and meter.mfu(speed)}
-    return None
 
 
 def save(record):
@@ -236,8 +235,8 @@ def save(record):
 
 
 tokens_per_iter = gradient_accumulation_steps * batch_size * block
-meter = hardware.Meter(raw_model.flops_per_token(block), tokens_per_iter, max_iters, eval_interval,
-                       device, ptdtype, world_size)
+meter = hardware.Meter(raw_model.flops_per_token(block) / world_size, tokens_per_iter, max_iters,
+                       eval_interval, device, ptdtype)
 if master:
     processes = f"{world_size} process{'es' * (world_size > 1)}"
     print(f"{config.variant}: {raw_model.num_params():,} parameters; {tokens_per_iter:,} "
@@ -259,7 +258,7 @@ while True:
             record = evaluation() if master else None
         save(record)
         meter.restart(iter_num)
-    if distributed.any_of(stop.requested):  # every process stops before the same step, or none
+    if distributed.all_sum(stop.requested):  # every process stops before the same step, or none
         save(None)  # the step it came in (always_save_checkpoint=False: the best so far stays)
         raise KeyboardInterrupt  # one line, saying where the last checkpoint is
     if iter_num >= max_iters:

@@ -47,10 +47,6 @@ def all_sum(value):  # over the processes (DDP; on the CPU where there are flags
     return total.item()
 
 
-def any_of(flag):  # whether flag is true in any process
-    return all_sum(flag) > 0
-
-
 @contextmanager
 def stop_together():
     """Around the work of rank 0 alone: a stop there (fail, an error) stops every process, rank 0

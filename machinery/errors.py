@@ -106,6 +106,9 @@ def config_error(path, e):
     import traceback
     if path.startswith("-"):  # '--' alone, '-key=value'
         return unknown_argument(path, ())
+    if isinstance(e, SystemExit):
+        return (f"config file {path} called sys.exit({e.code!r}); a config file only assigns "
+                f"settings: remove that call")
     if isinstance(e, OSError) and not os.path.isfile(path):
         names = {*glob.glob(os.path.join(os.path.dirname(path), "*.py")), *glob.glob("config/*.py")}
         near = difflib.get_close_matches(path, sorted(names), n=2, cutoff=0.6)

@@ -118,9 +118,8 @@ class Meter:
     """A run's clock: ms per step, tokens/s, ETA, and MFU (model FLOPs utilization: the model's
     FLOP/s over those of a large matmul timed here; float32 on a CPU, having no datasheet peak)."""
 
-    def __init__(self, flops_per_token, tokens_per_iter, max_iters, eval_interval, device, dtype,
-                 world_size):
-        self.flops_per_token = flops_per_token / world_size  # per process
+    def __init__(self, flops_per_token, tokens_per_iter, max_iters, eval_interval, device, dtype):
+        self.flops_per_token = flops_per_token  # of this process's share
         self.tokens_per_iter = tokens_per_iter
         self.max_iters = max_iters
         self.eval_interval = eval_interval
