@@ -128,6 +128,7 @@ class Meter:
                                       1024 if device == "cpu" else 4096, 10, warmup=0, pick=min)
         self.timed_again = device != "cpu"  # a GPU's peak is not disturbed by other programs
         self.eval_start = None
+        self.step_estimate = 0.0  # estimate() times it, on rank 0; a stop on another asks for it
 
     def estimate(self, model, batches, autocast, return_logits, eval_iters, source, micro_steps,
                  iter_num):

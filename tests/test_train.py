@@ -790,6 +790,15 @@ def test_a_resume_that_evaluates_other_sequences_says_so(workdir, tmp_path, sett
             f"sequences from here on") in result.stdout
 
 
+def test_a_stop_in_the_first_step_after_an_evaluation_on_a_rank_that_made_no_estimate_gets_a_step_time():
+    """torchrun sends every rank SIGTERM; only rank 0 times the up-front estimate, and a stop asks the meter how
+    long the step takes, which with no step measured since the evaluation is that estimate."""
+    from machinery import hardware
+    meter = hardware.Meter(1e6, 100, 10, 5, "cpu", torch.float32)  # a rank other than 0: no estimate()
+    meter.restart(3)  # after the evaluation of iteration 3
+    assert meter.step_seconds(3) == 0.0
+
+
 @pytest.mark.skipif(os.cpu_count() < 2, reason="one core: a single thread is all torch takes anyway")
 def test_on_a_busy_cpu_a_run_takes_one_thread_a_core_that_is_free_and_logs_the_same_losses(workdir):
     hook = "os.getloadavg = lambda: (8.0, 8.0, 8.0)  # a CPU kept busy by other programs"
