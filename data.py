@@ -62,8 +62,7 @@ def open_dataset(dataset, context_size, vocab_size, command):
     ends); a sequence's tokens; the run's, else the dataset's vocab_size; meta.json ({}: a task)."""
     task = generated_task(dataset)
     if task is not None:
-        small_vocab = vocab_size is not None and vocab_size < task.VOCAB_SIZE
-        if context_size < task.BLOCK_SIZE or small_vocab:
+        if context_size < task.BLOCK_SIZE or (vocab_size or task.VOCAB_SIZE) < task.VOCAB_SIZE:
             from machinery.errors import task_misfit
             task_misfit(dataset, task, context_size, vocab_size)
         return task, task.BLOCK_SIZE, vocab_size or task.VOCAB_SIZE, {}

@@ -114,8 +114,9 @@ if errors:
 resumed_device = {"device", "dtype"} & restored.keys()
 device, dtype = hardware.pick_device(device, dtype, ckpt_path if resumed_device else None)
 if dataset == "wikitext103" and not os.path.exists(os.path.join("data", dataset)):  # say what it is
-    hardware.introduce_run(build_model(config), batch_size, gradient_accumulation_steps, max_iters,
-                           eval_iters, eval_interval, device)
+    from machinery.errors import introduce_run
+    introduce_run(build_model(config), batch_size, gradient_accumulation_steps, max_iters,
+                  eval_iters, eval_interval, device)
 train_config = {k: globals()[k] for k in defaults}  # saved in checkpoints
 # -----------------------------------------------------------------------------
 # processes and devices
@@ -164,10 +165,9 @@ def estimate_loss():
     eval_model.eval()
     out = every_token_loss() if eval_iters == 0 else {}
     for split in ("train", "val") if eval_iters else ():
-        terms = []
-        for k in range(eval_iters):
-            with autocast:
-                terms.append(eval_model(*batches.eval(split, k), return_logits=return_logits)[2])
+        with autocast:  # each batch's terms, {"ce", "embedding"}
+            terms = [eval_model(*batches.eval(split, k), return_logits=return_logits)[2]
+                     for k in range(eval_iters)]
         out[f"{split}_loss"] = sum(t["ce"].item() for t in terms) / eval_iters
         embedding = [t["embedding"].item() for t in terms if t["embedding"] is not None]
         out[f"{split}_embedding_loss"] = sum(embedding) / eval_iters if embedding else None

@@ -240,7 +240,7 @@ def train_race(args):
     configs = {c.variant: c for c in map(model_config, CONFIGS[args.configs.split(",")[0]])}
     T, micro = configs["baseline"].context_size, args.batch_size or 50
     repeats = args.repeats or (3 if args.quick else 10)
-    measured = max(matmul_peak(device, dtype, n, 10) for n in (1024, 2048))
+    measured = max(matmul_peak(device, dtype, n, 10, 2, statistics.median) for n in (1024, 2048))
     sheet = datasheet_peak(device, args.dtype)
     peak = sheet or measured
     print(f"train race: {device_name(device)}, {args.dtype}, compile {args.compile}, torch {torch.__version__}; "
@@ -487,7 +487,7 @@ def main():
     repeats = args.repeats or (5 if args.quick else 15)
     sample_lengths = (200,) if args.quick else (200, 1000)
 
-    peak = max(matmul_peak(device, dtype, n, 10) for n in (1024, 2048))
+    peak = max(matmul_peak(device, dtype, n, 10, 2, statistics.median) for n in (1024, 2048))
     print(f"device {device}, dtype {args.dtype}, threads {torch.get_num_threads()}, compile {args.compile}, "
           f"torch {torch.__version__}; measured {args.dtype} matmul peak: {peak / 1e9:.1f} GFLOP/s; "
           f"training batch {args.batch_size}, sampling batch {args.sample_batch_size} (sampling in tokens/s)")

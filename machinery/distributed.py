@@ -75,6 +75,4 @@ def stop_all(error):  # stop_together's stop: rank 0 says why before any process
 def finish():  # every process waits for the last checkpoint, then all leave together
     if ddp:
         dist.barrier()
-        if flags is not None:
-            dist.destroy_process_group(flags)
-        dist.destroy_process_group()
+        dist.destroy_process_group()  # and the flags group

@@ -1,7 +1,9 @@
 """
 The one line for an error a normal run never meets, imported only where one occurs: a device this
-machine has not got, a failed torch.compile, a DDP step that cannot be shared out, a peer gone, a
-setting or config file the configurator cannot take.
+machine has not got, a failed torch.compile, a DDP step that cannot be shared out, a peer gone; a
+setting or config file the configurator cannot take; a dataset missing or broken (with the command
+that prepares it: prepare_hint), a task that does not fit; a fresh run over an earlier one; and
+what the default run is, where its data is not prepared (introduce_run).
 """
 import math
 import os
@@ -286,3 +288,35 @@ def refuse_overwrite(path):
     # a log without its checkpoint, such as a study's committed results
     fail(f"{path} holds the log of an earlier run; train in another --out_dir, or replace it with "
          f"--overwrite=True")
+
+
+def introduce_run(model, batch_size, gradient_accumulation_steps, max_iters, eval_iters,
+                  eval_interval, device):
+    """Where the default dataset, the write-up's, is not prepared: before anything is downloaded or
+    written, what the run is (its model, tokens, and time here, from a timed training step of the
+    model on random tokens), the one command that prepares its data, and the config that trains
+    the same model on a CPU in minutes; then end with exit status 1."""
+    import time
+
+    from machinery.hardware import duration, sync
+    c = model.config
+    rows = min(batch_size, 4)  # a few sequences, timed, then scaled to the micro-batch
+    x = torch.randint(c.vocab_size, (rows, c.context_size), device=device)
+    seconds = []
+    for _ in range(2):  # the first warms up
+        t0 = time.perf_counter()
+        model.to(device)(x, x, return_logits=False)[1].backward()
+        sync(device)
+        seconds.append(time.perf_counter() - t0)
+    step = min(seconds) * batch_size / rows * gradient_accumulation_steps
+    # an evaluation batch: a forward pass, a third of a training micro-step
+    evals = 2 * eval_iters * (max_iters // eval_interval + 1) * step / gradient_accumulation_steps
+    tokens = max_iters * gradient_accumulation_steps * batch_size * c.context_size
+    fail(f"data/wikitext103 is not prepared. This run trains the write-up's {c.variant} model "
+         f"({model.num_params() / 1e6:.1f}M parameters)\n  on {tokens / 1e9:.2f}B tokens of "
+         f"WikiText-103 ({max_iters:,} steps): about {duration(max_iters * step + evals / 3)} on "
+         f"this machine ({device}, timed on one step).\n"
+         f"  prepare its data (a download, then GPT-2 tokens):  python prepare_wikipedia.py\n"
+         f"  or train the same model on a CPU in minutes:  "
+         f"python train.py config/cpu_encdec_mse_pos_sub.py\n"
+         f"    (its data:  python prepare_wikipedia.py --wikitext2=valid --tokenizer=byte)")

@@ -2,7 +2,6 @@
 import math
 import os
 import re
-import statistics
 import time
 
 import torch
@@ -94,8 +93,8 @@ def sync(device):
         getattr(torch, str(device).split(":")[0]).synchronize()
 
 
-def matmul_peak(device, dtype, n, repeats, warmup=2, pick=statistics.median):
-    """FLOP/s of an n x n x n matmul in dtype, the pick (median) of the timed repeats."""
+def matmul_peak(device, dtype, n, repeats, warmup=0, pick=min):
+    """FLOP/s of an n x n x n matmul in dtype, the pick (fastest) of the timed repeats."""
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     times = []
     for _ in range(repeats + warmup):
@@ -125,7 +124,7 @@ class Meter:
         self.eval_interval = eval_interval
         self.device = device
         self.peak_flops = matmul_peak(device, torch.float32 if device == "cpu" else dtype,
-                                      1024 if device == "cpu" else 4096, 10, warmup=0, pick=min)
+                                      1024 if device == "cpu" else 4096, 10)
         self.timed_again = device != "cpu"  # a GPU's peak is not disturbed by other programs
         self.eval_start = None
         self.step_estimate = 0.0  # estimate() times it, on rank 0; a stop on another asks for it
@@ -180,7 +179,7 @@ class Meter:
     def mfu(self, tokens_per_sec):  # above 100% (a CPU busy while its peak was timed): timed again
         if self.flops_per_token * tokens_per_sec > self.peak_flops and not self.timed_again:
             self.timed_again = True
-            again = matmul_peak(self.device, torch.float32, 1024, 10, warmup=0, pick=min)
+            again = matmul_peak(self.device, torch.float32, 1024, 10)
             self.peak_flops = max(self.peak_flops, again)
         return self.flops_per_token * tokens_per_sec / self.peak_flops
 
@@ -200,33 +199,3 @@ def percent(fraction):
     """At least two significant digits: 45%, 5.2%, 0.031% (a tiny model on a GPU is not 0.0%)."""
     p = 100 * fraction
     return f"{p:.{max(0, 1 - math.floor(math.log10(p)))}f}%" if p > 0 else "0%"
-
-
-def introduce_run(model, batch_size, gradient_accumulation_steps, max_iters, eval_iters,
-                  eval_interval, device):
-    """Where the default dataset, the write-up's, is not prepared: before anything is downloaded or
-    written, what the run is (its model, tokens, and time here, from a timed training step of the
-    model on random tokens), the one command that prepares its data, and the config that trains
-    the same model on a CPU in minutes; then end with exit status 1."""
-    from machinery.process import fail
-    c = model.config
-    rows = min(batch_size, 4)  # a few sequences, timed, then scaled to the micro-batch
-    x = torch.randint(c.vocab_size, (rows, c.context_size), device=device)
-    seconds = []
-    for _ in range(2):  # the first warms up
-        t0 = time.perf_counter()
-        model.to(device)(x, x, return_logits=False)[1].backward()
-        sync(device)
-        seconds.append(time.perf_counter() - t0)
-    step = min(seconds) * batch_size / rows * gradient_accumulation_steps
-    # an evaluation batch: a forward pass, a third of a training micro-step
-    evals = 2 * eval_iters * (max_iters // eval_interval + 1) * step / gradient_accumulation_steps
-    tokens = max_iters * gradient_accumulation_steps * batch_size * c.context_size
-    fail(f"data/wikitext103 is not prepared. This run trains the write-up's {c.variant} model "
-         f"({model.num_params() / 1e6:.1f}M parameters)\n  on {tokens / 1e9:.2f}B tokens of "
-         f"WikiText-103 ({max_iters:,} steps): about {duration(max_iters * step + evals / 3)} on "
-         f"this machine ({device}, timed on one step).\n"
-         f"  prepare its data (a download, then GPT-2 tokens):  python prepare_wikipedia.py\n"
-         f"  or train the same model on a CPU in minutes:  "
-         f"python train.py config/cpu_encdec_mse_pos_sub.py\n"
-         f"    (its data:  python prepare_wikipedia.py --wikitext2=valid --tokenizer=byte)")
