@@ -1,6 +1,6 @@
-"""Settings, nanoGPT style: globals with defaults, then config files (`n_layer = 4`), then
---key=value or --key value (a bool: a bare --flag too), later ones winning: configure() for
-train.py, argparse through argument_parser() and add_flag() for the other scripts."""
+"""train.py's settings, nanoGPT style: globals with defaults, then config files (`n_layer = 4`),
+then --key=value or --key value (a bool: a bare --flag too), later ones winning (the other scripts
+read theirs as train.py does: machinery/scripts.py)."""
 import ast
 import dataclasses
 import sys
@@ -119,45 +119,3 @@ def print_help(script, defaults, model_config):
     print("\nA generated task, such as --dataset=reversal, uses its own small model and schedule "
           "for the settings not\ngiven (its module's DEFAULTS, in tasks/).")
     sys.exit(0)
-
-
-def add_flag(parser, name, help, default=False):
-    """A boolean setting of an argparse script, as train.py takes one: --flag (True), --flag=false,
-    --flag True."""
-    import argparse
-
-    def true_or_false(text):
-        if text.lower() not in ("true", "false"):
-            raise argparse.ArgumentTypeError(f"{text!r} is not True or False")
-        return text.lower() == "true"
-    parser.add_argument(name, type=true_or_false, nargs="?", const=True, default=default,
-                        metavar="True|False", help=help)
-
-
-def argument_parser(doc, command):
-    """The argparse parser of a script other than train.py: --key=value or --key value, no
-    abbreviated names, help showing the defaults, and bad input is one line `error: ...` (an unknown
-    key: its did-you-mean) naming `command --help` instead of argparse's usage block."""
-    import argparse
-
-    class HelpFormatter(argparse.RawDescriptionHelpFormatter):  # the docstring as written
-        def _get_help_string(self, action):  # and each default, as train.py shows them
-            shown = "default" in (action.help or "") or action.default in (None, argparse.SUPPRESS)
-            if shown or not action.option_strings:
-                return action.help
-            return f"{action.help} (default: %(default)s)"
-
-    class ArgumentParser(argparse.ArgumentParser):
-        def parse_args(self, args=None, namespace=None):
-            namespace, extra = super().parse_known_args(args, namespace)
-            if extra:  # train.py's line: its name and the closest known one
-                from machinery.errors import unknown_argument
-                known = [o[2:] for a in self._actions for o in a.option_strings
-                         if o.startswith("--") and a.help != argparse.SUPPRESS]
-                self.error(unknown_argument(extra[0], known, self.prog))
-            return namespace
-
-        def error(self, message):
-            fail(message if f"{command} --help" in message else f"{message} (see {command} --help)")
-    return ArgumentParser(prog=command, description=doc, formatter_class=HelpFormatter,
-                          allow_abbrev=False)

@@ -39,13 +39,13 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 
-from configurator import add_flag, argument_parser
 from data import generated_task
 from text import get_tokenizer, gpt2_encoding, read_articles, without_nul
 from machinery.checkpoints import check_same_data, find_dataset, load_checkpoint, trained_meta
 from machinery.errors import prepare_hint
 from machinery.hardware import pick_device
-from machinery.process import fail, on_ctrl_c
+from machinery.process import fail
+from machinery.scripts import add_flag, argument_parser, on_ctrl_c
 from model import ModelConfig, build_model, row_cross_entropy
 
 # -----------------------------------------------------------------------------

@@ -46,9 +46,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # also as `python lab/study.py`
-from configurator import add_flag, argument_parser, configure, read_config, split_args
+from configurator import configure, read_config, split_args
 from machinery.files import hold_folder, make_folder, note_holder, temporary_path, write_atomic
-from machinery.process import fail, on_ctrl_c
+from machinery.process import fail
+from machinery.scripts import add_flag, argument_parser, on_ctrl_c
 from machinery.checkpoints import read_log
 from machinery.errors import prepare_hint, unknown_argument
 from text import read_text

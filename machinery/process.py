@@ -71,24 +71,6 @@ def machine_error(error, lower, compile_off="use --compile=False"):
     return None
 
 
-def on_ctrl_c(message, lower="the sizes asked for", compile_off="use --compile=False"):
-    """Make Ctrl-C, SIGTERM and SIGHUP stop the script with one line, `interrupted: message` (what
-    is kept, how to go on), and exit status 130, instead of a traceback; running out of memory
-    (lower: the settings to lower) or a failed torch.compile, with one line `error: ...`. Also
-    script_start's printing that never fails."""
-    script_start()
-
-    def hook(kind, value, tb, previous=sys.excepthook):
-        line = machine_error(value, lower, compile_off)
-        if line:
-            return print(f"error: {line}", file=sys.stderr, flush=True)  # exit status 1
-        if not issubclass(kind, KeyboardInterrupt):
-            return previous(kind, value, tb)  # script_start's: a reader gone is quiet
-        print(f"interrupted: {message}", file=sys.stderr, flush=True)
-        os._exit(130)
-    sys.excepthook = hook
-
-
 def start_training(run):
     """train.py's start: one line saying where the last checkpoint is (run: its globals)."""
     def hook(kind, value, tb):  # a stop, out of memory, no C++ compiler, a DDP peer gone

@@ -607,7 +607,7 @@ def test_ctrl_c_or_a_stop_signal_stops_the_study_and_its_runs_keeps_what_ran_and
     fifo = tmp_path / "started"
     os.mkfifo(fifo)
     child = f"import signal; open({str(fifo)!r}, 'w').write('started\\n'); signal.pause()"
-    code = ("import subprocess, sys\nfrom lab import study\nfrom machinery.process import on_ctrl_c\n"
+    code = ("import subprocess, sys\nfrom lab import study\nfrom machinery.scripts import on_ctrl_c\n"
             "on_ctrl_c('the runs finished so far are kept')\n"  # as `python -m lab.study` starts
             "real = subprocess.Popen\n"
             f"study.subprocess.Popen = lambda cmd, **kw: real([sys.executable, '-c', {child!r}], **kw)\n"
@@ -637,7 +637,7 @@ def stopped_study(tmp_path, stand_in, ignored=(), stop="SIGTERM", lines=()):
     os.mkfifo(fifo)
     child = (f"import os, signal, sys\nsys.path.insert(0, {ROOT!r})\nstopped = {str(stopped)!r}\n"
              f"started = lambda: open({str(fifo)!r}, 'w').write(f'started {{os.getpid()}}\\n')\n{stand_in}")
-    code = ("import subprocess, sys\nfrom lab import study\nfrom machinery.process import on_ctrl_c\n"
+    code = ("import subprocess, sys\nfrom lab import study\nfrom machinery.scripts import on_ctrl_c\n"
             "on_ctrl_c('the runs finished so far are kept')\n"  # as `python -m lab.study` starts
             + "".join(f"{line}\n" for line in lines) + "real = subprocess.Popen\n"
             f"study.subprocess.Popen = lambda cmd, **kw: real([sys.executable, '-c', {child!r}], **kw)\n"
