@@ -7,7 +7,7 @@ import re
 import numpy as np
 import torch
 
-from machinery.files import hold_folder, note_holder
+from machinery.files import hold_folder
 from machinery.process import fail
 
 
@@ -19,18 +19,15 @@ def generated_task(dataset, data_dir=None):
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tasks", f"{dataset}.py")
     if not re.fullmatch(r"[a-z]\w*", dataset) or not os.path.isfile(path):
         return None
-    data_dir = data_dir or os.path.join("data", dataset)
-    if os.path.isdir(data_dir):  # one name, one thing
-        from machinery.errors import refuse_task
-        refuse_task(dataset, path, data_dir)
     try:
         task = importlib.import_module(f"tasks.{dataset}")
     except Exception as e:
         fail(f"the task module {path} does not import ({type(e).__name__}: {e}); fix it")
     interface = ("DEFAULTS", "VOCAB_SIZE", "BLOCK_SIZE", "get_batch", "score", "prompts", "show")
-    if not all(hasattr(task, name) for name in interface):
+    data_dir = data_dir or os.path.join("data", dataset)
+    if os.path.isdir(data_dir) or not all(hasattr(task, name) for name in interface):
         from machinery.errors import refuse_task
-        refuse_task(dataset, path, data_dir, task, interface)
+        refuse_task(dataset, path, data_dir, task, interface)  # one name, one thing; every name
     return task
 
 
@@ -68,8 +65,7 @@ def open_dataset(dataset, context_size, vocab_size, command):
         return task, task.BLOCK_SIZE, vocab_size or task.VOCAB_SIZE, {}
     source = os.path.join("data", dataset)
     if os.path.isdir(source):
-        hold_folder(source, "--dataset", shared=True)
-        note_holder(source, command, shared=True)
+        hold_folder(source, "--dataset", command, shared=True)
     meta = check_dataset(dataset, context_size, vocab_size)
     return source, context_size, vocab_size or meta["vocab_size"], meta
 

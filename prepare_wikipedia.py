@@ -169,7 +169,7 @@ def checked_file(args, what, name, kind, checksum, url, url_flag):
         fail(f"--input gives no copy of {what}'s {name}: give a folder holding it under that name")
     if not os.path.exists(path):
         os.makedirs(folder, exist_ok=True)
-        hold_folder(folder, "--out_dir")  # one download at a time into it: .part files are shared
+        hold_folder(folder, "--out_dir", f"prepare_wikipedia.py: {name}")  # one download at a time
     if not os.path.exists(path):  # another process may have got it meanwhile
         download(url.rstrip("/") + "/" + name, path, kind, checksum, url_flag,
                  f"Offline, copy {what}'s {name} from a machine with network into {folder}/, "
@@ -221,8 +221,8 @@ def download(url, path, kind, checksum, url_flag, offline):
 
 
 def wikitext2_files(args, split):
-    """The checked files of a WikiText-2 split (valid, train, test, all), read as --input's."""
-    splits = WIKITEXT2_FILES if split == "all" else [split]
+    """The checked files of a WikiText-2 split (valid, train, test, all; None: none), as --input."""
+    splits = WIKITEXT2_FILES if split == "all" else [split] if split else []
     return [checked_file(args, "WikiText-2", *WIKITEXT2_FILES[s], args.wikitext2_url,
                          "--wikitext2_url") for s in splits]
 
@@ -331,9 +331,8 @@ def main(argv=None):
         articles = wikitext103_articles(paths, tokens, args.seed, args.min_chars, encode, eot_token)
         source = f"WikiText-103 (raw) train split, {args.wikitext103_url}, seed {args.seed}"
     else:
-        inputs = wikitext2_files(args, args.wikitext2) if args.wikitext2 else args.input
-        val_inputs = (wikitext2_files(args, args.wikitext2_val) if args.wikitext2_val
-                      else args.val_input)
+        inputs = wikitext2_files(args, args.wikitext2) or args.input
+        val_inputs = wikitext2_files(args, args.wikitext2_val) or args.val_input
         articles = read_input(inputs)
         source = "local files: " + " ".join(inputs)
         if val_inputs:  # val.bin from these alone

@@ -67,13 +67,15 @@ user_set = configure(globals(), defaults, sys.argv[1:], ModelConfig)
 out_dir = out_dir or os.path.join("out", dataset)  # each dataset its own folder
 ckpt_path = os.path.join(out_dir, "ckpt.pt")
 resume_command = f"python train.py --out_dir={out_dir} --init_from=resume"
+command = " ".join(["train.py", *sys.argv[1:]])  # who holds out_dir and the dataset's folder
 ddp = "RANK" in os.environ  # started by torchrun: several processes train as one
 master = int(os.environ.get("RANK", 0)) == 0  # rank 0 writes
 checkpoint = None
 restored = {}  # the settings a resume takes from its checkpoint
 if init_from == "resume":  # the checkpoint's settings fill in every key not set here
     from machinery.checkpoints import resume  # a run from scratch never reads that module
-    checkpoint, restored = resume(out_dir, {"dataset": dataset, "seed": seed}, user_set, master)
+    checkpoint, restored = resume(out_dir, {"dataset": dataset, "seed": seed}, user_set, master,
+                                  command)
     globals().update(restored)
     user_set |= restored.keys()
 task = generated_task(dataset)
@@ -131,7 +133,6 @@ torch.backends.cuda.matmul.allow_tf32 = True
 torch.backends.cudnn.allow_tf32 = True
 # -----------------------------------------------------------------------------
 # data: a generated task, or data/<dataset>; every batch fixed by (seed, iteration)
-command = " ".join(["train.py", *sys.argv[1:]])
 source, block, vocab_size, meta = open_dataset(  # context_size, vocab_size: ModelConfig flags
     dataset, config.context_size, vocab_size, command)  # noqa: F821
 batches = Batches(source, block, batch_size, gradient_accumulation_steps, seed, device)

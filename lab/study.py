@@ -47,7 +47,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # also as `python lab/study.py`
 from configurator import configure, read_config, split_args
-from machinery.files import hold_folder, make_folder, note_holder, temporary_path, write_atomic
+from machinery.files import hold_folder, make_folder, temporary_path, write_atomic
 from machinery.process import fail
 from machinery.scripts import add_flag, argument_parser, on_ctrl_c
 from machinery.checkpoints import read_log
@@ -1225,15 +1225,15 @@ def main(argv=None):
               f"committed ones too): the table is `{table}`; to train it "
               f"all again, give a folder of your own, --results=NEW_FOLDER", flush=True)
         return 0
+    command = " ".join(["study.py", *(argv if argv is not None else sys.argv[1:])])
     if os.path.isdir(results):  # one study at a time in a results folder: a second one stops before it prepares
-        hold_folder(results, "--results")
+        hold_folder(results, "--results", command)
     if not prepared:
         source = source or suite.get("download", ["--wikitext2=valid"])
         if subprocess.run([sys.executable, "prepare_wikipedia.py", *source, *suite["prepare"]], cwd=ROOT).returncode:
             fail(f"could not prepare data/{suite['dataset']}; see the message above")
     make_folder(results, "--results")  # once every check has passed: a refused start leaves no empty folder
-    hold_folder(results, "--results")
-    note_holder(results, " ".join(["study.py", *(argv if argv is not None else sys.argv[1:])]))
+    hold_folder(results, "--results", command)
     core = suite["runs"][:suite.get("core", 0)]
     groups = [core, [run for run in suite["runs"] if run not in core]]  # the core first: its verdicts come first
     pictures = [(run, seeds[0]) for run in suite.get("pictures", [])]  # one seed each, before the rest

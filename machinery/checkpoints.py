@@ -16,7 +16,7 @@ from machinery.files import folder_chain, hold_folder, write_atomic
 from machinery.process import fail
 
 
-def resume(out_dir, asked, user_set, master):
+def resume(out_dir, asked, user_set, master, command):
     """The checkpoint a resumed run goes on from, and the settings it restores (every one not set on
     the command line or in a config file). asked: the dataset and seed the run was given. Its
     "log" becomes the records its run logged up to it (older checkpoints: those of log.jsonl)."""
@@ -25,7 +25,7 @@ def resume(out_dir, asked, user_set, master):
         fail(f"no checkpoint at {ckpt_path} to resume from; train with --init_from=scratch "
              f"first, or set --out_dir")
     if master:  # before reading the checkpoint: a second process resuming it would repeat its steps
-        hold_folder(out_dir, "--out_dir")
+        hold_folder(out_dir, "--out_dir", command)
     checkpoint = read_checkpoint(ckpt_path, "cpu", "restore a good copy or train from scratch in a "
                                                    "new --out_dir")
     # and not another run's checkpoint, put in its folder

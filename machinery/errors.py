@@ -197,10 +197,10 @@ def prepare_hint(dataset, tokenizer, compact=False, offline=False):
     return f"`{command}`"
 
 
-def refuse_task(dataset, path, data_dir, task=None, interface=()):
-    """The one line for a task module that shares its name with a dataset folder, or (given the
-    module) lacks a name of the interface."""
-    if task is None:
+def refuse_task(dataset, path, data_dir, task, interface):
+    """The one line for a task module that shares its name with a dataset folder, or lacks a name of
+    the interface."""
+    if os.path.isdir(data_dir):
         fail(f"--dataset={dataset} names both the task {path} and the dataset folder {data_dir}/; "
              f"rename one of them (prepare the text again with another --name)")
     missing = [name for name in interface if not hasattr(task, name)]

@@ -57,8 +57,8 @@ def cannot_make(folder, what, error):
 
 def cannot_hold(folder, what, shared, lock, error):
     """hold_folder's answer where it cannot hold folder: one line naming the process that holds it
-    (from the notes of note_holder); where folder cannot be locked, a warning (a reader: nothing),
-    and the run goes on, unguarded."""
+    (from the notes hold_folder writes); where folder cannot be locked, a warning (a reader:
+    nothing), and the run goes on, unguarded."""
     let_go(lock)
     if isinstance(error, filelock.Timeout):  # before OSError: it is one
         fail(f"{folder} is in use by {holders(folder)}; wait for it to finish, or use another "
@@ -74,7 +74,7 @@ def cannot_hold(folder, what, shared, lock, error):
 
 
 def holders(folder):
-    """Who holds folder, from its notes (note_holder): 'pid 12 (train.py ..., since ...)'."""
+    """Who holds folder, from the notes hold_folder writes: 'pid 12 (train.py ..., since ...)'."""
     notes = []
     for name in sorted(os.listdir(folder)):
         if re.fullmatch(r"\.lock(\.\d+)?", name):

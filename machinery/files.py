@@ -53,8 +53,9 @@ def remove_empty_folders(folder, created):  # up to `created` (make_folder's ans
             os.rmdir(path)
 
 
-def hold_folder(folder, what, shared=False):
-    """Hold folder till this process ends, alone or (shared) as a reader; or stop in one line."""
+def hold_folder(folder, what, command, shared=False):
+    """Hold folder till this process ends, alone or (shared) as a reader, noting who holds it (the
+    command) in .lock (.lock.<pid>) where it can; or stop in one line."""
     if os.path.realpath(folder) in _held:
         return
     held = os.path.join(folder, ".held")  # a filelock: the writer's; each reader's: .held.<pid>
@@ -72,6 +73,10 @@ def hold_folder(folder, what, shared=False):
         return cannot_hold(folder, what, shared, lock, e)
     _held[os.path.realpath(folder)] = lock
     atexit.register(let_go, lock)
+    note = os.path.join(folder, f".lock.{os.getpid()}" if shared else ".lock")
+    with suppress(OSError), open(note, "w", encoding="utf-8", errors="backslashreplace") as f:
+        f.write(f"pid {os.getpid()} ({command}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n")
+    atexit.register(Path(note).unlink, missing_ok=True)
 
 
 def let_go(lock):  # release a lock, and remove its file
@@ -80,18 +85,9 @@ def let_go(lock):  # release a lock, and remove its file
         Path(lock.lock_file).unlink(missing_ok=True)
 
 
-def note_holder(folder, command, shared=False):  # who holds it, in .lock (.lock.<pid>) if it can
-    path = os.path.join(folder, f".lock.{os.getpid()}" if shared else ".lock")
-    with suppress(OSError), open(path, "w", encoding="utf-8", errors="backslashreplace") as f:
-        f.write(f"pid {os.getpid()} ({command}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n")
-    atexit.register(Path(path).unlink, missing_ok=True)
-
-
-def claim_folder(folder, command, held_as="--out_dir", hold=True):  # make, hold and note it
+def claim_folder(folder, command, held_as="--out_dir"):  # make and hold it (held already: as is)
     atexit.register(remove_empty_folders, folder, make_folder(folder))  # none is left empty
-    if hold:
-        hold_folder(folder, held_as)
-    note_holder(folder, command)
+    hold_folder(folder, held_as, command)
     for name in sorted(os.listdir(folder)):  # the temporary files of killed writes; notes.tmp stays
         if re.fullmatch(r".+\.\d+\.partial", name) and os.path.isfile(os.path.join(folder, name)):
             os.remove(os.path.join(folder, name))

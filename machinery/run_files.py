@@ -21,8 +21,8 @@ def start(checkpoint, model, optimizer, scaler, settings, meta, command):
         checkpoints.check_resume(checkpoint, model.config, settings, meta, master)
     run = None
     with distributed.stop_together():
-        if master:  # one process at a time in out_dir; a resume holds it already
-            claim_folder(out_dir, command, hold=checkpoint is None)
+        if master:  # one process at a time in out_dir (a resume holds it already)
+            claim_folder(out_dir, command)
             earlier = [os.path.join(out_dir, name) for name in ("ckpt.pt", "log.jsonl")
                        if checkpoint is None and os.path.exists(os.path.join(out_dir, name))]
             if earlier and not settings["overwrite"]:  # a fresh run does not replace them

@@ -301,7 +301,7 @@ def test_a_folder_on_a_file_system_without_locks_is_used_with_one_line_of_warnin
         raise OSError(error, os.strerror(error))
     # filelock, which holds the folder, calls fcntl.flock
     monkeypatch.setattr(pytest.importorskip("fcntl"), "flock", flock)
-    files.hold_folder(str(tmp_path), "--out_dir")  # no "in use by another process": no one holds it
+    files.hold_folder(str(tmp_path), "--out_dir", "test")  # no "in use by another process": no one holds it
     [line] = capsys.readouterr().out.splitlines()
     assert line.startswith(f"warning: {tmp_path} cannot be locked ({os.strerror(error)}: its file system has no locks")
     assert "run one at a time in this --out_dir" in line

@@ -539,10 +539,9 @@ def test_a_dataset_a_run_trains_on_is_not_prepared_again_under_it(workdir, tmp_p
 def test_a_run_does_not_start_on_a_dataset_being_prepared(workdir, tmp_path):
     shutil.copytree(workdir / "data" / "tiny", tmp_path / "data" / "tiny")
     holder = subprocess.Popen([sys.executable, "-c", "import sys; from machinery import files; "
-                               "files.hold_folder(sys.argv[1], '--name'); "
-                               "files.note_holder(sys.argv[1], 'prepare_wikipedia.py --name=tiny'); print('held', "
-                               "flush=True); sys.stdin.read()", os.path.join("data", "tiny")], cwd=tmp_path, env=ENV,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                               "files.hold_folder(sys.argv[1], '--name', 'prepare_wikipedia.py --name=tiny'); "
+                               "print('held', flush=True); sys.stdin.read()", os.path.join("data", "tiny")],
+                              cwd=tmp_path, env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline() == "held\n"
         result = run("train.py", *TINY, "--out_dir=out", "--max_iters=2", cwd=tmp_path, check=False)

@@ -589,10 +589,9 @@ def test_bad_arguments_are_one_line_errors_before_anything_runs(tmp_path, args, 
 
 def test_a_second_study_on_the_same_results_folder_is_refused_saying_who_holds_it(tmp_path, monkeypatch):
     holder = subprocess.Popen([sys.executable, "-c", "import sys; from machinery import files; "
-                               "files.hold_folder(sys.argv[1], 'x'); "
-                               "files.note_holder(sys.argv[1], 'study.py --suite=gpt2'); print('held', flush=True); "
-                               "sys.stdin.read()", str(tmp_path)], cwd=ROOT, env=ENV, stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+                               "files.hold_folder(sys.argv[1], 'x', 'study.py --suite=gpt2'); "
+                               "print('held', flush=True); sys.stdin.read()", str(tmp_path)], cwd=ROOT, env=ENV,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline() == "held\n"
     commands = no_training(monkeypatch)  # were it not refused: nothing downloaded, prepared or trained
     with pytest.raises(SystemExit) as exit:
