@@ -68,8 +68,7 @@ out_dir = out_dir or os.path.join("out", dataset)  # each dataset its own folder
 ckpt_path = os.path.join(out_dir, "ckpt.pt")
 resume_command = f"python train.py --out_dir={out_dir} --init_from=resume"
 command = " ".join(["train.py", *sys.argv[1:]])  # who holds out_dir and the dataset's folder
-ddp = "RANK" in os.environ  # started by torchrun: several processes train as one
-master = int(os.environ.get("RANK", 0)) == 0  # rank 0 writes
+master = int(os.environ.get("RANK", 0)) == 0  # rank 0 writes (torchrun sets RANK: DDP)
 checkpoint = None
 restored = {}  # the settings a resume takes from its checkpoint
 if init_from == "resume":  # the checkpoint's settings fill in every key not set here
@@ -272,7 +271,7 @@ while True:
         x, y = batches.train(iter_num, micro_step)
         # gradients are all-reduced (averaged over processes) only after the last micro-step
         last = micro_step == my_micro_steps[-1]
-        with model.no_sync() if ddp and not last else nullcontext():
+        with model.no_sync() if distributed.ddp and not last else nullcontext():
             with autocast:
                 _, loss, terms = model(x, y, return_logits=return_logits)
             # the mean over the global batch, once DDP has averaged
