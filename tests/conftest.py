@@ -2,7 +2,7 @@
 dataset with a finished run, a compacted-vocabulary dataset and fake WikiText-2 and WikiText-103 hosts. CPU only, no
 network beyond 127.0.0.1.
 
-    python -m pytest -q -n auto --maxprocesses=4   # everything, up to 4 processes (10-11 minutes on 2 cores)
+    python -m pytest -q -n auto --maxprocesses=4   # everything, up to 4 processes (about 10 minutes on 2 cores)
     python -m pytest -q tests/test_train.py        # one file of the project
 
 Each test_X.py is about X.py (test_configs.py: the config/ files; test_study.py and test_bench.py: lab/); a test
