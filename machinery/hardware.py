@@ -16,7 +16,7 @@ def pick_device(device, dtype="float32", resumed_from=None):
     cuda = re.fullmatch(r"cuda(:\d+)?", picked)
     gpu_here = cuda and int(picked[5:] or 0) < torch.cuda.device_count()
     here = picked == "cpu" or picked == "mps" and mps or gpu_here
-    dtypes = ("auto", "float32") + ("bfloat16", "float16") * (picked != "mps")
+    dtypes = ("auto", "float32") if picked == "mps" else ("auto", "float32", "bfloat16", "float16")
     if not here or dtype not in dtypes:
         from machinery.errors import device_error
         device_error(device, dtype, resumed_from)
