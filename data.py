@@ -54,10 +54,10 @@ def check_dataset(dataset, block, vocab_size):
     return meta
 
 
-def open_dataset(dataset, context_size, vocab_size, command):
-    """(source, block, vocab_size, meta): the task module or data/<dataset> (held till the run
-    ends); a sequence's tokens; the run's, else the dataset's vocab_size; meta.json ({}: a task)."""
-    task = generated_task(dataset)
+def open_dataset(dataset, task, context_size, vocab_size, command):
+    """(source, block, vocab_size, meta): the task module (generated_task's) or data/<dataset>
+    (held till the run ends); a sequence's tokens; the run's, else the dataset's vocab_size;
+    meta.json ({}: a task)."""
     if task is not None:
         if context_size < task.BLOCK_SIZE or (vocab_size or task.VOCAB_SIZE) < task.VOCAB_SIZE:
             from machinery.errors import task_misfit

@@ -40,13 +40,13 @@ import numpy as np
 import torch
 
 from data import generated_task
-from text import get_tokenizer, gpt2_encoding, read_articles, without_nul
 from machinery.checkpoints import check_same_data, find_dataset, load_checkpoint, trained_meta
 from machinery.errors import prepare_hint
 from machinery.hardware import pick_device
 from machinery.process import fail
 from machinery.scripts import add_flag, argument_parser, on_ctrl_c
 from model import ModelConfig, build_model, row_cross_entropy
+from text import get_tokenizer, gpt2_encoding, read_articles, without_nul
 
 # -----------------------------------------------------------------------------
 # every token once: windows of context_size + 1 tokens that share their edge token

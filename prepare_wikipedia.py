@@ -21,11 +21,11 @@ from requests.adapters import HTTPAdapter
 from urllib3.util import Retry
 
 from data import generated_task
-from text import get_tokenizer, read_articles, split_wikitext, without_nul
 from machinery.file_errors import write_error
 from machinery.files import claim_folder, hold_folder, release_folder, write_atomic
 from machinery.process import fail
 from machinery.scripts import add_flag, argument_parser, on_ctrl_c
+from text import get_tokenizer, read_articles, split_wikitext, without_nul
 
 TRAIN_DEFAULT = "wikitext103"  # train.py's default --dataset, what no flags prepare
 WRITE_UP_TOKENS = {"train": 38_276_830, "val": 4_341_780}  # the write-up's train.bin and val.bin

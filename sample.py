@@ -18,12 +18,12 @@ from contextlib import nullcontext
 import torch
 
 from data import generated_task
-from text import get_tokenizer
 from machinery.checkpoints import find_dataset, load_checkpoint, trained_meta
 from machinery.hardware import pick_device
 from machinery.process import fail
 from machinery.scripts import add_flag, argument_parser, on_ctrl_c
 from model import ModelConfig, build_model
+from text import get_tokenizer
 
 on_ctrl_c("stopped sampling", lower="--num_samples or --max_new_tokens")
 

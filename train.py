@@ -133,7 +133,7 @@ torch.backends.cudnn.allow_tf32 = True
 # -----------------------------------------------------------------------------
 # data: a generated task, or data/<dataset>; every batch fixed by (seed, iteration)
 source, block, vocab_size, meta = open_dataset(  # context_size, vocab_size: ModelConfig flags
-    dataset, config.context_size, vocab_size, command)  # noqa: F821
+    dataset, task, config.context_size, vocab_size, command)  # noqa: F821
 batches = Batches(source, block, batch_size, gradient_accumulation_steps, seed, device)
 # -----------------------------------------------------------------------------
 # model, optimizer, and the run's folder: a resume restores their state from its checkpoint
