@@ -1,12 +1,30 @@
-"""train.py's settings, nanoGPT style: globals with defaults, then config files (`n_layer = 4`),
-then --key=value or --key value (a bool: a bare --flag too), later ones winning (the other scripts
-read theirs as train.py does: machinery/scripts.py)."""
+"""The command line of every script. train.py's settings, nanoGPT style: globals with defaults,
+then config files (`n_layer = 4`), then --key=value or --key value (a bool: a bare --flag too),
+later ones winning; the other scripts' flags (argparse) read the same way (argument_parser)."""
+import argparse
 import ast
 import dataclasses
+import difflib
+import glob
+import inspect
+import os
+import re
 import sys
+import traceback
 import typing
 
 from machinery.process import fail
+
+# the name here of a setting nanoGPT or a Hugging Face config calls otherwise
+ALIASES = {
+    "context_size": "block_size n_ctx n_positions max_position_embeddings seq_len",
+    "n_embed": "n_embd hidden_size d_model", "n_head": "n_heads num_heads num_attention_heads",
+    "n_layer": "n_layers num_layers num_hidden_layers", "max_iters": "max_steps",
+    "dropout": "attn_pdrop resid_pdrop embd_pdrop hidden_dropout_prob",
+    "learning_rate": "lr", "min_lr": "min_learning_rate", "warmup_iters": "warmup_steps",
+    "lr_decay_iters": "lr_decay_steps", "grad_clip": "max_grad_norm", "beta1": "adam_beta1",
+    "beta2": "adam_beta2", "eval_interval": "eval_steps", "log_interval": "logging_steps",
+    "out_dir": "output_dir", "batch_size": "per_device_train_batch_size micro_batch_size"}
 
 
 def configure(settings, defaults, argv, model_config):
@@ -55,9 +73,12 @@ def split_args(argv, types=None):
 
 def command_line_value(key, text, types, defaults):
     """--key=text's value: a string as typed (--out_dir=2024), True/False in any case, a literal."""
-    if text is None or types.get(key) is bool and text.lower() not in ("true", "false"):
-        from machinery.errors import bad_argument
-        bad_argument(key, text)
+    if text is None:
+        fail(f"'--{key}' has no value; write --{key}=VALUE or --{key} VALUE (python train.py "
+             f"--help lists them)")
+    if types.get(key) is bool and text.lower() not in ("true", "false"):
+        fail(f"--{key} {text}: {key} takes True or False (any case), not {text!r}; write "
+             f"--{key} (True), --{key}=True or --{key}=False")
     if types.get(key) is bool:
         return text.lower() == "true"
     try:
@@ -71,10 +92,14 @@ def checked(key, value, types, defaults, source):
     """value, if key is a setting and value is of its type (an int is a float too)."""
     if types.get(key) is float and type(value) is int:
         value = float(value)
-    if key not in defaults or not (type(value) is types[key]
-                                   or (value is None and defaults[key] is None)):
-        from machinery.errors import bad_setting
-        bad_setting(key, value, types, defaults, source)
+    if not key:  # '--=value'
+        fail(unknown_argument("--", defaults))
+    if key not in defaults:
+        fail(f"unknown config key '{key}' in {source}; {suggestion(key, defaults)}")
+    if not (type(value) is types[key] or (value is None and defaults[key] is None)):
+        takes = "True or False" if types[key] is bool else "a " + types[key].__name__
+        fail(f"{key}={value!r} in {source} has the wrong type: {key} takes {takes}, not a "
+             f"{type(value).__name__}")
     return value
 
 
@@ -88,7 +113,6 @@ def read_config(path):
         namespace = {}
         exec(code, namespace)
     except (Exception, SystemExit) as e:  # sys.exit() in one would end the script without a word
-        from machinery.errors import config_error
         fail(config_error(path, e))
     return {k: v for k, v in namespace.items()
             if not k.startswith("_") and not isinstance(v, type(sys))}
@@ -97,8 +121,6 @@ def read_config(path):
 def print_help(script, defaults, model_config):
     """Every setting with its default and the comment beside it in the script's or the model
     config's source; then exit."""
-    import inspect
-    import re
     comments = {}
     for line in open(script).read().splitlines() + inspect.getsource(model_config).splitlines():
         match = re.match(r"\s*(\w+)\b[^#]*=[^#]*#\s*(.*)", line)
@@ -119,3 +141,99 @@ def print_help(script, defaults, model_config):
     print("\nA generated task, such as --dataset=reversal, uses its own small model and schedule "
           "for the settings not\ngiven (its module's DEFAULTS, in tasks/).")
     sys.exit(0)
+
+
+def config_error(path, e):
+    """The one line for a config file that is not there or does not run: the file and line (the
+    near names beside a file not found), and the fix."""
+    if path.startswith("-"):  # '--' alone, '-key=value'
+        return unknown_argument(path, ())
+    if isinstance(e, SystemExit):
+        return (f"config file {path} called sys.exit({e.code!r}); a config file only assigns "
+                f"settings: remove that call")
+    if isinstance(e, OSError) and not os.path.isfile(path):
+        names = {*glob.glob(os.path.join(os.path.dirname(path), "*.py")), *glob.glob("config/*.py")}
+        near = difflib.get_close_matches(path, sorted(names), n=2, cutoff=0.6)
+        return (f"config file '{path}' not found; "
+                + (f"did you mean {' or '.join(near)}? " if near else "")
+                + "give a path like config/cpu_baseline.py, or options as --key=value")
+    if isinstance(e, UnicodeDecodeError):
+        return (f"config file {path} is not text (byte {e.start} is not UTF-8); give a Python file "
+                f"like config/cpu_baseline.py")
+    if isinstance(e, SyntaxError):  # also in a config file it imports
+        return f"config file {e.filename} line {e.lineno}: {e.msg}; fix the Python there"
+    if isinstance(e, ValueError) and "null bytes" in str(e):
+        return (f"config file {path} is not Python source ({e}); give a Python file like "
+                f"config/cpu_baseline.py")
+    frames = [f for f in traceback.extract_tb(e.__traceback__)  # the config's, not this file's
+              if os.path.abspath(f.filename) != os.path.abspath(__file__)
+              and not f.filename.startswith(("<", sys.prefix, sys.base_prefix))]
+    where = f"{frames[-1].filename} line {frames[-1].lineno}" if frames else path
+    return f"config file {where} raised {type(e).__name__}: {e}; fix the Python there"
+
+
+def suggestion(key, known, command="python train.py"):
+    """'did you mean ...?' for an unknown key: its name here if it is a nanoGPT or Hugging Face name
+    or written with '-' for '_', else the closest known key."""
+    here = [name for name, names in ALIASES.items() if key in names.split()]
+    if here and here[0] in known:
+        return f"did you mean '{here[0]}'? ({key} is called {here[0]} here)"
+    close = [key.replace("-", "_")] if key.replace("-", "_") in known else \
+        difflib.get_close_matches(key, known, n=1, cutoff=0.5)
+    return f"did you mean '{close[0]}'?" if close else f"see {command} --help"
+
+
+def unknown_argument(arg, known, command="python train.py"):
+    """The one line for a command-line argument that is no known --key: the same in every script."""
+    key = arg[2:].partition("=")[0] if arg.startswith("--") else ""
+    if not key:  # '--' alone, '-key', a stray word
+        return f"'{arg}' is not a setting; write --key=value or --key value (see {command} --help)"
+    return f"unknown config key '{key}' in the command line; {suggestion(key, known, command)}"
+
+# -----------------------------------------------------------------------------
+# the other scripts' flags: argparse, read as train.py reads its own
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The docstring as written, and each flag's default, as train.py --help shows them."""
+
+    def _get_help_string(self, action):
+        shown = "default" in (action.help or "") or action.default in (None, argparse.SUPPRESS)
+        if shown or not action.option_strings:
+            return action.help
+        return f"{action.help} (default: %(default)s)"
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """--key=value or --key value, no abbreviated names, and bad input in one line `error: ...` (an
+    unknown key: its did-you-mean) naming `command --help`, not argparse's usage block."""
+
+    def parse_args(self, args=None, namespace=None):
+        namespace, extra = super().parse_known_args(args, namespace)
+        if extra:  # train.py's line: its name and the closest known one
+            known = [o[2:] for a in self._actions for o in a.option_strings
+                     if o.startswith("--") and a.help != argparse.SUPPRESS]
+            self.error(unknown_argument(extra[0], known, self.prog))
+        return namespace
+
+    def error(self, message):
+        fail(message if f"{self.prog} --help" in message else f"{message} (see {self.prog} --help)")
+
+
+def argument_parser(doc, command):
+    """The parser of a script other than train.py: `command --help` prints doc and the flags."""
+    return ArgumentParser(prog=command, description=doc, formatter_class=HelpFormatter,
+                          allow_abbrev=False)
+
+
+def true_or_false(text):
+    """A boolean flag's value, as train.py takes one: True or False in any case."""
+    if text.lower() not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not True or False")
+    return text.lower() == "true"
+
+
+def add_flag(parser, name, help, default=False):
+    """A boolean flag: --flag (True), --flag=false, --flag True."""
+    parser.add_argument(name, type=true_or_false, nargs="?", const=True, default=default,
+                        metavar="True|False", help=help)

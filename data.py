@@ -1,72 +1,175 @@
-"""The datasets of data/ and tasks/, and a run's batches (the tokenizers: text.py)."""
+"""The datasets of data/ (checked once, whole) and the tasks of tasks/; a run's batches; the windows
+that read every token once (evaluate.py, and train.py with eval_iters=0). Tokenizers: text.py."""
+import glob
 import importlib
 import json
 import os
 import re
+import time
 
 import numpy as np
 import torch
 
 from machinery.files import hold_folder
+from machinery.hardware import duration, sync
 from machinery.process import fail
+from model import row_cross_entropy
+
+TASKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tasks")
+# a task module's names, and their kinds (tasks/reversal.py shows each)
+INTERFACE = {"DEFAULTS": dict, "VOCAB_SIZE": int, "BLOCK_SIZE": int, "get_batch": callable,
+             "score": callable, "prompts": callable, "show": callable}
 
 
-def generated_task(dataset, data_dir=None):
-    """The module tasks/<dataset>.py, else None; one line where it does not import, lacks a name of
-    the interface or shares its name with a folder (data_dir, default data/<dataset>). Interface:
-    DEFAULTS, VOCAB_SIZE, BLOCK_SIZE, get_batch(split, size, rng), score(model, split, device) ->
-    (accuracy, sequences), prompts(start, num_samples, seed), show(prompt, answer)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tasks", f"{dataset}.py")
-    if not re.fullmatch(r"[a-z]\w*", dataset) or not os.path.isfile(path):
-        return None
+def is_task(name):
+    """Is name a generated task, tasks/<name>.py?"""
+    return re.fullmatch(r"[a-z]\w*", name) is not None and os.path.isfile(f"{TASKS}/{name}.py")
+
+
+def load_task(name, settings=()):
+    """The module tasks/<name>.py, checked against the interface (and its DEFAULTS keys against
+    train.py's settings), or one line saying what it lacks or why it does not import."""
+    path = os.path.join(TASKS, f"{name}.py")
     try:
-        task = importlib.import_module(f"tasks.{dataset}")
-    except Exception as e:
+        task = importlib.import_module(f"tasks.{name}")
+    except (Exception, SystemExit) as e:  # sys.exit() in it would end the script without a word
         fail(f"the task module {path} does not import ({type(e).__name__}: {e}); fix it")
-    interface = ("DEFAULTS", "VOCAB_SIZE", "BLOCK_SIZE", "get_batch", "score", "prompts", "show")
-    data_dir = data_dir or os.path.join("data", dataset)
-    if os.path.isdir(data_dir) or not all(hasattr(task, name) for name in interface):
-        from machinery.errors import refuse_task
-        refuse_task(dataset, path, data_dir, task, interface)  # one name, one thing; every name
+    missing = [key for key in INTERFACE if not hasattr(task, key)]
+    if missing:
+        fail(f"the task module {path} lacks {', '.join(missing)}; a task gives "
+             f"{', '.join(INTERFACE)} (see tasks/reversal.py)")
+    wrong = [key for key, kind in INTERFACE.items() if not (
+        callable(getattr(task, key)) if kind is callable else type(getattr(task, key)) is kind)]
+    keys = task.DEFAULTS if type(task.DEFAULTS) is dict and settings else ()
+    wrong += [f"DEFAULTS key {key!r}" for key in keys if key not in settings]
+    if wrong:
+        fail(f"the task module {path} has {', '.join(wrong)} of another kind than a task's (not "
+             f"a setting of train.py, not a dict, int or function); see tasks/reversal.py")
     return task
 
 
-def check_dataset(dataset, block, vocab_size):
-    """data/<dataset>'s meta.json, once its token files are checked whole and of one preparation (at
-    the start, not mid-training). vocab_size: the run's, or None (256 or less wants byte tokens)."""
-    data_dir = os.path.join("data", dataset)
-    try:  # a file missing, cut short (odd bytes, empty: ValueError), not JSON, of another vocab...
+def prepare_command(dataset, offline=False):
+    """The command that builds data/<dataset> under its default name (offline: from your copies of
+    the files it downloads, PATH/valid.txt for WikiText-2's valid split)."""
+    splits = "train|valid|test"
+    wikitext2 = re.fullmatch(rf"wikitext2_({splits}|all)(?:-({splits}))?_(gpt2|byte)(c?)", dataset)
+    wikitext103 = re.fullmatch(r"wikitext103(?:_(\d+)-(\d+))?(_byte)?(c?)", dataset)
+    if wikitext2:
+        split, val, tokenizer, compact = wikitext2.groups()
+        files = ["train", "valid", "test"] if split == "all" else [split, val]
+        paths = " ".join(f"PATH/{name}.txt" for name in files if name)
+        return (f"python prepare_wikipedia.py --wikitext2={split} --tokenizer={tokenizer}"
+                + f" --wikitext2_val={val}" * bool(val) + " --compact_vocab" * bool(compact)
+                + f" --input {paths}" * offline)
+    if wikitext103:
+        train, val, byte, compact = wikitext103.groups()
+        return ("python prepare_wikipedia.py --wikitext103"
+                + f" --train_tokens={train} --val_tokens={val}" * bool(train)
+                + " --tokenizer=byte" * bool(byte) + " --compact_vocab" * bool(compact)
+                + " --input PATH/" * offline)
+    return f"python prepare_wikipedia.py --input PATH --name={dataset}"
+
+
+def prepare_hint(dataset, tokenizer, compact=False, offline=False):
+    """prepare_command in backquotes, with the tokenizer (and --compact_vocab) the name lacks."""
+    command = prepare_command(dataset, offline)
+    if "--tokenizer" not in command and tokenizer != "gpt2":
+        command += f" --tokenizer={tokenizer}"
+    if compact and "--compact_vocab" not in command:
+        command += " --compact_vocab"
+    return f"`{command}`"
+
+
+def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
+    """data/<dataset>'s (or data_dir's) meta.json, once its token files are checked whole, of one
+    preparation, fit for the run (block, vocab_size: None, or 256 or less for byte tokens) and,
+    given the checkpoint's record (trained), the tokens and text a model was trained on."""
+    data_dir = data_dir or os.path.join("data", dataset)
+    tokenizer = "byte" if vocab_size is not None and vocab_size <= 256 else "gpt2"
+    names = ("train.bin", "val.bin", "meta.json")
+    if not all(os.path.exists(os.path.join(data_dir, name)) for name in names):
+        online = prepare_hint(dataset, tokenizer)
+        where = f" (it downloads; offline, from your copy of the files: " \
+                f"{prepare_hint(dataset, tokenizer, offline=True)})" * ("--wikitext" in online)
+        held = sorted(os.path.basename(os.path.dirname(path))
+                      for path in glob.glob(os.path.join("data", "*", "meta.json")))
+        tasks = sorted(f"--dataset={os.path.basename(path)[:-3]}"
+                       for path in glob.glob(os.path.join(TASKS, "[a-z]*.py")))
+        fail(f"dataset '{dataset}' not found in {data_dir}/ (data/ holds "
+             f"{', '.join(held) or 'no dataset'}): run {online}{where}, or try a task that needs "
+             f"no data: {' or '.join(tasks)}")
+    try:
         with open(os.path.join(data_dir, "meta.json"), encoding="utf-8") as f:
             meta = json.load(f)
-        vocab = meta["vocab_size"]  # at most the run's (not GPT-2 tokens for a byte config)
-        whole = type(vocab) is int and 1 <= vocab <= (vocab_size or vocab)
-        for split in ("train", "val"):
-            tokens = np.memmap(os.path.join(data_dir, f"{split}.bin"), dtype=np.uint16, mode="r")
-            # the counts and sums meta.json has (none: older datasets)
-            counted = meta.get(f"{split}_tokens") in (None, len(tokens)) and len(tokens) > block
-            summed = meta.get(f"{split}_token_sum") in (None, int(tokens.sum(dtype=np.uint64)))
-            whole = whole and counted and summed and int(tokens.max()) < vocab
-    except (OSError, ValueError, KeyError, TypeError):
-        whole = False
-    if not whole:  # ...: the one line that says which
-        from machinery.errors import refuse_dataset
-        refuse_dataset(dataset, block, vocab_size)
+        meta.get("vocab_size")
+    except (OSError, ValueError, AttributeError):  # OSError: e.g. a folder named meta.json
+        meta = {}
+    hint = prepare_hint(dataset, meta.get("tokenizer", tokenizer), "compact_vocab" in meta)
+
+    def refuse(problem, fix=""):
+        fail(f"{problem}; prepare the dataset again: {hint}{fix}")
+    if os.path.exists(os.path.join(data_dir, "meta.json.new")):  # prepare_wikipedia.write_dataset
+        refuse(f"{data_dir} is half replaced: a preparation was killed while it renamed its files",
+               " (it finishes the replacement first)")
+    vocab = meta.get("vocab_size")
+    if type(vocab) is not int or vocab < 1 or meta.get("tokenizer") not in ("gpt2", "byte"):
+        refuse(f"{data_dir}/meta.json is not a JSON object with a positive vocab_size and its "
+               f"tokenizer (gpt2 or byte)")
+    for split in ("train", "val"):
+        path = os.path.join(data_dir, f"{split}.bin")
+        n_bytes = os.path.getsize(path)
+        expected = meta.get(f"{split}_tokens")
+        if n_bytes % 2:
+            refuse(f"{path} has an odd number of bytes ({n_bytes:,}), not 2 per token: it was cut "
+                   f"short")
+        if expected is not None and n_bytes != 2 * expected:
+            refuse(f"{path} has {n_bytes // 2:,} tokens, but meta.json says {split}_tokens="
+                   f"{expected!r}: a file cut short, or files of different preparations")
+        if n_bytes == 0 and split == "val":
+            refuse(f"{path} is empty (prepared with --val_fraction 0)", " with --val_fraction 0.05")
+        if n_bytes // 2 <= block:
+            fail(f"{path} has {n_bytes // 2} tokens, too few for context_size={block}; prepare "
+                 f"more text or lower --context_size")
+        tokens = np.memmap(path, dtype=np.uint16, mode="r")
+        if int(tokens.max()) >= vocab:
+            refuse(f"{path} holds token id {int(tokens.max())}, but meta.json's vocab_size is "
+                   f"{vocab}: files of different preparations")
+        if meta.get(f"{split}_token_sum") not in (None, int(tokens.sum(dtype=np.uint64))):
+            refuse(f"{path} does not hold the tokens meta.json was written for ({split}_token_sum "
+                   f"differs): files of different preparations, or a damaged file")
+    keys = ["tokenizer", "vocab_size", "compact_vocab", "train_token_sum", "val_token_sum"]
+    changed = [key for key in keys if trained and key in trained and trained[key] != meta.get(key)]
+    if changed and "tokenizer" in changed:
+        fail(f"{data_dir}/meta.json says the {meta['tokenizer']} tokenizer, but the model was "
+             f"trained on {trained['tokenizer']} tokens: {data_dir} was prepared again with "
+             f"another tokenizer; prepare it as it was for training, or give --input text")
+    if changed:
+        what = "its text" if set(changed) <= {"train_token_sum", "val_token_sum"} else "its tokens"
+        command = prepare_hint(dataset, trained["tokenizer"], "compact_vocab" in trained)
+        fail(f"{data_dir} was prepared again since this model was trained on it ({what} differ: "
+             f"{', '.join(changed)}); prepare it as it was for training: {command}")
+    if vocab_size is not None and vocab_size < vocab:
+        fail(f"vocab_size={vocab_size} is smaller than the dataset's {vocab} tokens; leave "
+             f"vocab_size unset, or prepare {data_dir} again: {prepare_hint(dataset, tokenizer)}")
     return meta
 
 
-def open_dataset(dataset, task, context_size, vocab_size, command):
-    """(source, block, vocab_size, meta): the task module (generated_task's) or data/<dataset>
-    (held till the run ends); a sequence's tokens; the run's, else the dataset's vocab_size;
-    meta.json ({}: a task)."""
+def open_dataset(dataset, task, context_size, vocab_size, command, trained=None):
+    """(source, block, vocab_size, meta): the task module or data/<dataset> (held till the run
+    ends, checked whole); a sequence's tokens; the run's, else the dataset's vocab_size; meta.json
+    ({"task": name} for a task). trained: a resumed checkpoint's record of its data."""
     if task is not None:
-        if context_size < task.BLOCK_SIZE or (vocab_size or task.VOCAB_SIZE) < task.VOCAB_SIZE:
-            from machinery.errors import task_misfit
-            task_misfit(dataset, task, context_size, vocab_size)
-        return task, task.BLOCK_SIZE, vocab_size or task.VOCAB_SIZE, {}
+        if context_size < task.BLOCK_SIZE:
+            fail(f"context_size={context_size} is too short for {dataset} sequences of "
+                 f"{task.BLOCK_SIZE} tokens; leave context_size unset")
+        if (vocab_size or task.VOCAB_SIZE) < task.VOCAB_SIZE:
+            fail(f"vocab_size={vocab_size} is smaller than the dataset's {task.VOCAB_SIZE} "
+                 f"tokens; leave vocab_size unset")
+        return task, task.BLOCK_SIZE, vocab_size or task.VOCAB_SIZE, {"task": dataset}
     source = os.path.join("data", dataset)
     if os.path.isdir(source):
         hold_folder(source, "--dataset", command, shared=True)
-    meta = check_dataset(dataset, context_size, vocab_size)
+    meta = check_dataset(dataset, context_size, vocab_size, trained)
     return source, context_size, vocab_size or meta["vocab_size"], meta
 
 
@@ -117,3 +220,93 @@ class Batches:
         """Evaluation batch k of a split: the same at every evaluation."""
         rng = np.random.default_rng([self.seed, 1 + ("train", "val").index(split), k, 0])
         return self.get(split, rng, self.batch_size)
+
+# -----------------------------------------------------------------------------
+# every token once: windows of context_size + 1 tokens that share their edge token
+
+
+def window_starts(n_tokens, block):
+    """Start of each window over n_tokens tokens: every token but the first is a target once."""
+    return list(range(0, n_tokens - 1, block))
+
+
+@torch.no_grad()
+def window_losses(model, tokens, block, batch_size, device, starts=None, autocast=None,
+                  progress=None):
+    """Yields (targets, losses) of each batch of windows at `starts` (default: window_starts, so
+    every token of `tokens` but the first, in text order), as int64 and float64 arrays, the model in
+    eval mode (no dropout); nothing is kept from batch to batch, so memory does not grow."""
+    was_training = model.training
+    model.eval()
+    starts = window_starts(len(tokens), block) if starts is None else starts
+    lengths = [min(block, len(tokens) - 1 - s) for s in starts]
+    for i in range(0, len(starts), batch_size):
+        batch = list(zip(starts[i:i + batch_size], lengths[i:i + batch_size]))
+        # a shorter last window goes on its own
+        for T in sorted({n for _, n in batch}, reverse=True):
+            group = [s for s, n in batch if n == T]
+            x = np.stack([tokens[s:s + T] for s in group]).astype(np.int64)
+            y = np.stack([tokens[s + 1:s + 1 + T] for s in group]).astype(np.int64)
+            x = torch.from_numpy(x).to(device)
+            y = torch.from_numpy(y).to(device).flatten()
+            with autocast or torch.autocast(x.device.type, enabled=False):
+                h = model.hidden_states(x)[0].flatten(0, 1)  # (B*T, C)
+            rows = 256 if x.device.type == "cpu" else len(h)  # a GPU: all rows at once
+            losses = row_cross_entropy(h, model.lm_head.weight, y, rows).double()
+            yield y.cpu().numpy(), losses.cpu().numpy()
+        if progress:
+            progress(min(i + batch_size, len(starts)), len(starts))
+    model.train(was_training)
+
+
+def split_losses(model, data_dir, block, batch_size, device, autocast=None):
+    """{"train_loss", "val_loss", "val_loss_seen_ids"}: the mean loss over every token of val.bin
+    once, and over as many windows of train.bin spread evenly, 512 at most (train.py's evaluation
+    with eval_iters=0); val_loss_seen_ids leaves out the val tokens whose id never occurs in
+    train.bin (no model can learn them; their logits only fall)."""
+    val_tokens = np.memmap(os.path.join(data_dir, "val.bin"), dtype=np.uint16, mode="r")
+    train_tokens = np.memmap(os.path.join(data_dir, "train.bin"), dtype=np.uint16, mode="r")
+    # 512 x context_size: a precise enough mean
+    n_windows = min(512, len(window_starts(len(val_tokens), block)))
+    train_starts = np.linspace(0, len(train_tokens) - block - 1, n_windows).astype(int).tolist()
+    train = np.zeros(2)  # total loss, tokens
+    for _, losses in window_losses(model, train_tokens, block, batch_size, device, train_starts,
+                                   autocast):
+        train += losses.sum(), len(losses)
+    seen_ids = np.zeros(max(int(train_tokens.max()), int(val_tokens.max())) + 1, dtype=bool)
+    seen_ids[np.unique(train_tokens)] = True
+    val = np.zeros(4)  # total loss, tokens; the same over the targets whose id occurs in train.bin
+    for targets, losses in window_losses(model, val_tokens, block, batch_size, device, None,
+                                         autocast):
+        seen = seen_ids[targets]
+        val += losses.sum(), len(losses), losses[seen].sum(), seen.sum()
+    return {"train_loss": float(train[0] / train[1]), "val_loss": float(val[0] / val[1]),
+            "val_loss_seen_ids": float(val[2] / val[3])}
+
+
+def introduce_run(model, batch_size, gradient_accumulation_steps, max_iters, eval_iters,
+                  eval_interval, device):
+    """Where the default dataset, the write-up's, is not prepared: before anything is written, what
+    the run is (its model, its tokens, and its time here from one timed step on random tokens), the
+    command that prepares its data, and a CPU-sized run of the same variant; exit status 1."""
+    c = model.config
+    rows = min(batch_size, 4)  # a few sequences, timed, then scaled to the micro-batch
+    x = torch.randint(c.vocab_size, (rows, c.context_size), device=device)
+    seconds = []
+    for _ in range(2):  # the first warms up
+        t0 = time.perf_counter()
+        model.to(device)(x, x, return_logits=False)[1].backward()
+        sync(device)
+        seconds.append(time.perf_counter() - t0)
+    step = min(seconds) * batch_size / rows * gradient_accumulation_steps
+    # an evaluation batch: a forward pass, a third of a training micro-step
+    evals = 2 * eval_iters * (max_iters // eval_interval + 1) * step / gradient_accumulation_steps
+    tokens = max_iters * gradient_accumulation_steps * batch_size * c.context_size
+    fail(f"data/wikitext103 is not prepared. This run trains the write-up's {c.variant} model "
+         f"({model.num_params() / 1e6:.1f}M parameters)\n  on {tokens / 1e9:.2f}B tokens of "
+         f"WikiText-103 ({max_iters:,} steps): about {duration(max_iters * step + evals / 3)} on "
+         f"this machine ({device}, timed on one step).\n"
+         f"  prepare its data (a download, then GPT-2 tokens):  python prepare_wikipedia.py\n"
+         f"  or train the same model on a CPU in minutes:  "
+         f"python train.py config/cpu_encdec_mse_pos_sub.py\n"
+         f"    (its data:  python prepare_wikipedia.py --wikitext2=valid --tokenizer=byte)")

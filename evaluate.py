@@ -39,79 +39,26 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 
-from data import generated_task
-from machinery.checkpoints import check_same_data, find_dataset, load_checkpoint, trained_meta
-from machinery.errors import prepare_hint
+from configurator import add_flag, argument_parser
+from data import check_dataset, load_task, prepare_hint, window_losses, window_starts
+from machinery.checkpoints import load_checkpoint
+from machinery.files import folder_chain
 from machinery.hardware import pick_device
-from machinery.process import fail
-from machinery.scripts import add_flag, argument_parser, on_ctrl_c
-from model import ModelConfig, build_model, row_cross_entropy
-from text import get_tokenizer, gpt2_encoding, read_articles, without_nul
+from machinery.process import fail, on_ctrl_c
+from model import ModelConfig, build_model
+from text import checkpoint_tokenizer, get_tokenizer, gpt2_encoding, read_articles, without_nul
 
-# -----------------------------------------------------------------------------
-# every token once: windows of context_size + 1 tokens that share their edge token
+REPOSITORY = os.path.dirname(os.path.abspath(__file__))
 
 
-def window_starts(n_tokens, block):
-    """Start of each window over n_tokens tokens: every token but the first is a target exactly
-    once."""
-    return list(range(0, n_tokens - 1, block))
-
-
-@torch.no_grad()
-def window_losses(model, tokens, block, batch_size, device, starts=None, autocast=None,
-                  progress=None):
-    """Yields (targets, losses) of each batch of windows at `starts` (default: window_starts, so
-    every token of `tokens` but the first, in text order), as int64 and float64 arrays. The model
-    is in eval mode for the call (no dropout). Nothing is kept from batch to batch, so memory
-    does not grow with the length of the text."""
-    was_training = model.training
-    model.eval()
-    starts = window_starts(len(tokens), block) if starts is None else starts
-    lengths = [min(block, len(tokens) - 1 - s) for s in starts]
-    for i in range(0, len(starts), batch_size):
-        batch = list(zip(starts[i:i + batch_size], lengths[i:i + batch_size]))
-        # a shorter last window goes on its own
-        for T in sorted({n for _, n in batch}, reverse=True):
-            group = [s for s, n in batch if n == T]
-            x = np.stack([tokens[s:s + T] for s in group]).astype(np.int64)
-            y = np.stack([tokens[s + 1:s + 1 + T] for s in group]).astype(np.int64)
-            x = torch.from_numpy(x).to(device)
-            y = torch.from_numpy(y).to(device).flatten()
-            with autocast or torch.autocast(x.device.type, enabled=False):
-                h = model.hidden_states(x)[0].flatten(0, 1)  # (B*T, C)
-            rows = 256 if x.device.type == "cpu" else len(h)  # a GPU: all rows at once
-            losses = row_cross_entropy(h, model.lm_head.weight, y, rows).double()
-            yield y.cpu().numpy(), losses.cpu().numpy()
-        if progress:
-            progress(min(i + batch_size, len(starts)), len(starts))
-    model.train(was_training)
-
-
-def split_losses(model, data_dir, block, batch_size, device, autocast=None):
-    """{"train_loss", "val_loss", "val_loss_seen_ids"}: the mean loss over every token of val.bin
-    once, and over as many windows of train.bin spread evenly, 512 at most (train.py's evaluation
-    with eval_iters=0); val_loss_seen_ids leaves out the val tokens whose id never occurs in
-    train.bin (no model can learn them; their logits only fall)."""
-    val_tokens = np.memmap(os.path.join(data_dir, "val.bin"), dtype=np.uint16, mode="r")
-    train_tokens = np.memmap(os.path.join(data_dir, "train.bin"), dtype=np.uint16, mode="r")
-    # 512 x context_size: a precise enough mean
-    n_windows = min(512, len(window_starts(len(val_tokens), block)))
-    train_starts = np.linspace(0, len(train_tokens) - block - 1, n_windows).astype(int).tolist()
-    train = np.zeros(2)  # total loss, tokens
-    for _, losses in window_losses(model, train_tokens, block, batch_size, device, train_starts,
-                                   autocast):
-        train += losses.sum(), len(losses)
-    seen_ids = np.zeros(max(int(train_tokens.max()), int(val_tokens.max())) + 1, dtype=bool)
-    seen_ids[np.unique(train_tokens)] = True
-    val = np.zeros(4)  # total loss, tokens; the same over the targets whose id occurs in train.bin
-    for targets, losses in window_losses(model, val_tokens, block, batch_size, device, None,
-                                         autocast):
-        seen = seen_ids[targets]
-        val += losses.sum(), len(losses), losses[seen].sum(), seen.sum()
-    return {"train_loss": float(train[0] / train[1]), "val_loss": float(val[0] / val[1]),
-            "val_loss_seen_ids": float(val[2] / val[3])}
-
+def find_dataset(dataset, out_dir):
+    """The folder data/<dataset> of a run trained on it: in the working folder, else beside the
+    run's folder or in a folder above it (where the run was trained), else in this repository's
+    folder; None where none holds meta.json."""
+    for folder in ["", *reversed(folder_chain(os.path.abspath(out_dir))), REPOSITORY]:
+        if os.path.exists(os.path.join(folder, "data", dataset, "meta.json")):
+            return os.path.join(folder, "data", dataset)
+    return None
 
 # -----------------------------------------------------------------------------
 # the figures: loss, perplexity, bits per byte; a generated task's accuracy
@@ -184,46 +131,37 @@ def main(argv=None):
     checkpoint, model = load_checkpoint(args.out_dir, args.device,
                                         build=lambda config: build_model(ModelConfig(**config)))
     dataset = checkpoint["train_config"]["dataset"]
+    meta = checkpoint["dataset_meta"]  # what it trained on: a task, or text and its tokenizer
     autocast = nullcontext()
     if dtype != "float32":
         autocast = torch.autocast(args.device.split(":")[0], getattr(torch, dtype))
-    found = find_dataset(dataset, args.out_dir)
-    task = generated_task(dataset, found)
-    if task is not None:
-        return task_accuracy(args, task, dataset, model, autocast)
-    data_dir = None if args.input else found
-    meta = trained_meta(checkpoint, os.path.join(args.out_dir, "ckpt.pt"), data_dir)
+    if "task" in meta:
+        return task_accuracy(args, load_task(meta["task"]), dataset, model, autocast)
+    ckpt_path = os.path.join(args.out_dir, "ckpt.pt")
+    unknown = []  # the text's tokens outside a compact vocabulary
+    encode, _, _, eot = checkpoint_tokenizer(checkpoint, ckpt_path, unknown)
     if args.compile:
         model.hidden_states = torch.compile(model.hidden_states)
-
-    unknown = []  # the text's tokens outside a compact vocabulary
-    hint = prepare_hint(dataset, meta["tokenizer"], "compact_vocab" in meta)
     if args.input:
         # as prepare_wikipedia.py reads it: a text file (UTF-8 without NUL, else refused in one
         # line) cut into articles at its title lines, or a .jsonl file of articles
         articles = without_nul(read_articles(args.input))
-        encode, _, _, eot = get_tokenizer(meta["tokenizer"], meta.get("compact_vocab"), unknown)
         tokens = [np.zeros(0, np.uint16)]  # 2 bytes a token
         while articles:
             tokens.append(np.array(encode(articles.pop(0)["text"]) + [eot], np.uint16))
         tokens = np.concatenate(tokens)
         source = args.input
     else:
+        data_dir = find_dataset(dataset, args.out_dir)
         if data_dir is None:
+            hint = prepare_hint(dataset, meta["tokenizer"], "compact_vocab" in meta)
             fail(f"data/{dataset}/ not found here, beside {args.out_dir} or in a folder above it, "
                  f"nor in the repository's folder: evaluate where it is, prepare it with {hint}, "
                  f"or give any text with --input=FILE")
-        # its text, not only its tokens
-        check_same_data(checkpoint, meta, dataset, training=True, data_dir=data_dir)
+        # whole, and the tokens and text it was trained on: train.py's own check
+        check_dataset(dataset, 0, model.config.vocab_size, meta, data_dir)
         source = os.path.join(data_dir, f"{args.split}.bin")
-        n_tokens = os.path.getsize(source) / 2 if os.path.isfile(source) else None  # 2 bytes each
-        expected = meta.get(f"{args.split}_tokens", n_tokens)
-        if n_tokens is None or n_tokens % 1 or n_tokens != expected:  # cut short
-            fail(f"{source} is missing or does not hold the tokens its meta.json says; prepare it "
-                 f"again with {hint}")
-        tokens = np.zeros(0, np.uint16)
-        if n_tokens:
-            tokens = np.memmap(source, dtype=np.uint16, mode="r")
+        tokens = np.memmap(source, dtype=np.uint16, mode="r")
     if len(tokens) < 2:
         fail(f"{source} has {len(tokens)} token(s): nothing to predict; give a longer text")
 

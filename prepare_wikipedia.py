@@ -13,23 +13,26 @@ import json
 import math
 import os
 import re
+import signal
 import sys
+from contextlib import suppress
 
 import numpy as np
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util import Retry
 
-from data import generated_task
-from machinery.file_errors import write_error
+from configurator import add_flag, argument_parser
+from data import is_task
 from machinery.files import claim_folder, hold_folder, release_folder, write_atomic
-from machinery.process import fail
-from machinery.scripts import add_flag, argument_parser, on_ctrl_c
+from machinery.process import STOPS, fail, on_ctrl_c
 from text import get_tokenizer, read_articles, split_wikitext, without_nul
 
 TRAIN_DEFAULT = "wikitext103"  # train.py's default --dataset, what no flags prepare
 WRITE_UP_TOKENS = {"train": 38_276_830, "val": 4_341_780}  # the write-up's train.bin and val.bin
 DATASET_FILES = ("train.bin", "val.bin", "meta.json")  # in the order written, and renamed
+# what a stop leaves: the line it ends with
+stopped = "a dataset there stays whole, a download resumes: run the same command again"
 
 # -----------------------------------------------------------------------------
 # the core: articles -> a train/val split -> token ids -> train.bin, val.bin, meta.json
@@ -85,18 +88,29 @@ def prepare(articles, out, args, source):
 
 
 def write_dataset(out, files):
-    """All or nothing: written whole as <name>.new beside the old dataset, then renamed over it."""
+    """All or nothing: the new files written whole beside the old ones as <name>.new, then renamed
+    over them with stop signals held off till all three are in place (finish_writing)."""
     kept = os.path.exists(os.path.join(out, "meta.json")) * f"; {out} keeps its old dataset"
     try:
+        for name in DATASET_FILES:  # meta.json.new last: its presence says all three are whole
+            write_atomic(os.path.join(out, name + ".new"), files[name], kept)
+    except BaseException:  # a full disk, Ctrl-C: the new files go, the old dataset stays
         for name in DATASET_FILES:
-            write_atomic(os.path.join(out, name + ".new"), files[name], on_error=lambda path, e,
-                         size: fail(f"could not write {path}: {write_error(path, e, size)}{kept}"))
-    finally:  # after a full disk or Ctrl-C too: the new files are then removed
-        finish_writing(out)
+            with suppress(OSError):
+                os.remove(os.path.join(out, name + ".new"))
+        raise
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS) if hasattr(signal, "pthread_sigmask") \
+        else None
+    finish_writing(out)
+    global stopped  # a stop held off till now says so
+    stopped = f"the new dataset in {out} is whole and in place"
+    if held is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def finish_writing(out):
-    """Renames <name>.new over <name> if meta.json.new (written last) is there, else removes it."""
+    """Rename <name>.new over <name> where meta.json.new says the three are whole (a kill -9 may
+    have stopped an earlier preparation while it renamed them), else remove them."""
     whole = os.path.exists(os.path.join(out, "meta.json.new"))
     for name in DATASET_FILES:
         new = os.path.join(out, name + ".new")
@@ -310,7 +324,7 @@ def dataset_name(args):
     if not re.fullmatch(r"[\w.-]+", name) or name in (".", ".."):
         fail(f"--name={name} is not a folder name; use letters, digits, '_', '-' and '.', "
              f"e.g. --name=mytext")
-    if generated_task(name.lower()):
+    if is_task(name.lower()):
         fail(f"--name={name} is reserved: --dataset={name.lower()} is the task of tasks/"
              f"{name.lower()}.py, not data/{name}; choose another --name, e.g. --name={name}_text")
     return name
@@ -322,7 +336,7 @@ def main(argv=None):
     name = dataset_name(args)
     out = os.path.join(args.out_dir, name)
     claim_folder(out, " ".join(["prepare_wikipedia.py", *(sys.argv[1:] if argv is None else argv)]),
-                 held_as="--name")  # not while a run trains on it, nor another prepare writes
+                 what="--name")  # not while a run trains on it, nor another prepare writes
     finish_writing(out)  # of a preparation killed while it renamed its files
     if args.wikitext103:
         paths = [checked_file(args, "WikiText-103", file, "sha256", checksum, args.wikitext103_url,
@@ -346,5 +360,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    on_ctrl_c("a dataset there stays whole, a download resumes: run the same command again")
+    on_ctrl_c(lambda: stopped)
     main()

@@ -2,8 +2,8 @@
 Sample from a model trained by train.py (its out_dir/ckpt.pt), decoding with the dataset's
 tokenizer, which the checkpoint carries: only the run's folder is needed, from any working folder.
 
-    python sample.py --out_dir=out/wikipedia --start="The history of" --num_samples=3
-    python sample.py --out_dir=out/wikipedia --start=FILE:prompt.txt --top_p=0.9
+    python sample.py --out_dir=out/wikitext2_valid_byte --start="The history of" --num_samples=3
+    python sample.py --out_dir=out/wikitext2_valid_byte --start=FILE:prompt.txt --top_p=0.9
     python sample.py --out_dir=out/reversal --start="3 5 4 2 1"  # a generated task: its prompt
     python sample.py --out_dir=out/reversal                      # ... or random prompts
 
@@ -17,13 +17,13 @@ from contextlib import nullcontext
 
 import torch
 
-from data import generated_task
-from machinery.checkpoints import find_dataset, load_checkpoint, trained_meta
+from configurator import add_flag, argument_parser
+from data import load_task
+from machinery.checkpoints import load_checkpoint
 from machinery.hardware import pick_device
-from machinery.process import fail
-from machinery.scripts import add_flag, argument_parser, on_ctrl_c
+from machinery.process import fail, on_ctrl_c
 from model import ModelConfig, build_model
-from text import get_tokenizer
+from text import checkpoint_tokenizer, get_tokenizer
 
 on_ctrl_c("stopped sampling", lower="--num_samples or --max_new_tokens")
 
@@ -89,7 +89,6 @@ if args.out_dir is None:  # train.py's default folders are out/<dataset>
 ckpt_path = os.path.join(args.out_dir, "ckpt.pt")
 checkpoint, model = load_checkpoint(args.out_dir, args.device,
                                     build=lambda config: build_model(ModelConfig(**config)))
-dataset = checkpoint["train_config"]["dataset"]
 device_type = args.device.split(":")[0]
 autocast = nullcontext()
 if dtype != "float32":
@@ -114,8 +113,9 @@ if start is not None:
              "--start=FILE:path")
 torch.manual_seed(args.seed)
 
-task = generated_task(dataset, find_dataset(dataset, args.out_dir))
-if task is not None:  # a generated task has one right answer: greedy, unless --top_p asks to sample
+meta = checkpoint["dataset_meta"]  # what it trained on: a task, or text and its tokenizer
+if "task" in meta:  # a generated task has one right answer: greedy, unless --top_p asks to sample
+    task = load_task(meta["task"])
     top_k = args.top_k or (None if top_p else 1)
     greedy = top_k == 1
     # greedy decoding of one prompt has one answer
@@ -130,9 +130,8 @@ if task is not None:  # a generated task has one right answer: greedy, unless --
         print(task.show(prompt, y[0, x.shape[1]:].tolist()))
     sys.exit(0)
 
-meta = trained_meta(checkpoint, ckpt_path)
 unknown = []  # the prompt's tokens outside a compact vocabulary
-encode, decode, n_vocab, eot = get_tokenizer(meta["tokenizer"], meta.get("compact_vocab"), unknown)
+encode, decode, n_vocab, eot = checkpoint_tokenizer(checkpoint, ckpt_path, unknown)
 prompt = encode("\n" if start is None else start)
 # "The" is not " The": the training text has a space before each word, so the prompt's first word
 # may be unknown

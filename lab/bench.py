@@ -29,10 +29,10 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # also as `python lab/bench.py`
 from configurator import read_config  # noqa: E402
-from machinery.scripts import add_flag, argument_parser  # noqa: E402
+from configurator import add_flag, argument_parser  # noqa: E402
 from machinery.files import write_atomic  # noqa: E402
 from machinery.hardware import matmul_peak, pick_device, sync  # noqa: E402
-from machinery.process import fail, machine_error  # noqa: E402
+from machinery.process import fail, machine_error, on_ctrl_c  # noqa: E402
 from model import ModelConfig, build_model, logits_needed  # noqa: E402
 
 CONFIGS = {  # name -> config files; the model flags are read from them, as train.py does
@@ -543,7 +543,6 @@ def main():
 
 
 if __name__ == "__main__":  # Ctrl-C, SIGTERM, SIGHUP: one line; so is running out of memory
-    from machinery.scripts import on_ctrl_c
     on_ctrl_c("the benchmark was stopped; its figures so far are printed above, and no --json file was written",
               "--batch_size, --sample_batch_size or --step_sequences")
     main()

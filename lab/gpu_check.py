@@ -38,7 +38,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # also as `python lab/gpu_check.py`
 from machinery.files import write_atomic  # noqa: E402
 from machinery.process import fail  # noqa: E402
-from machinery.scripts import add_flag, argument_parser, on_ctrl_c  # noqa: E402
+from configurator import add_flag, argument_parser  # noqa: E402
+from machinery.process import on_ctrl_c  # noqa: E402
 
 VARIANTS = {"baseline": "config/paper_baseline.py", "encdec": "config/paper_encdec_mse_pos_sub.py",
             "parallel": "config/paper_parallel.py"}

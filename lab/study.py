@@ -46,12 +46,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # also as `python lab/study.py`
-from configurator import configure, read_config, split_args
+from configurator import configure, read_config, split_args, unknown_argument
 from machinery.files import hold_folder, make_folder, temporary_path, write_atomic
 from machinery.process import fail
-from machinery.scripts import add_flag, argument_parser, on_ctrl_c
-from machinery.checkpoints import read_log
-from machinery.errors import prepare_hint, unknown_argument
+from configurator import add_flag, argument_parser
+from machinery.process import on_ctrl_c
+from data import prepare_hint
 from text import read_text
 from prepare_wikipedia import WIKITEXT2_FILES
 
@@ -142,8 +142,30 @@ def run_dir(results, run, seed):
     return os.path.join(results, f"{run}_seed{seed}")
 
 
+def read_log(path):
+    """The records of a run's log.jsonl (one JSON object per evaluation) and whether its last line was torn, cut short
+    by a crash or a full disk, and left out; a broken line before the last stops with one line naming it."""
+    if not os.path.exists(path):
+        return [], False
+    if os.path.isdir(path):
+        fail(f"{path} is a folder, not a log; move it out of the way, then run again")
+    with open(path, "rb") as f:
+        lines = [line for line in f.read().split(b"\n") if line.strip()]
+    records = []
+    for i, line in enumerate(lines):
+        try:
+            record = json.loads(line)
+            record["iter"]  # every record has one
+        except (ValueError, KeyError, TypeError):
+            if i < len(lines) - 1:
+                fail(f"{path} line {i + 1} is not a JSON record; delete that line, then run again")
+            return records, True
+        records.append(record)
+    return records, False
+
+
 def run_log(path, keys=("iter", "train_loss", "val_loss")):
-    """The records of a run's log.jsonl (checkpoints.read_log: a torn last line left out), each checked to hold a number
+    """The records of a run's log.jsonl (read_log: a torn last line left out), each checked to hold a number
     at each of keys, which the study reads; one line naming the log and the fix where one does not."""
     try:
         records = read_log(path)[0]

@@ -1,9 +1,13 @@
 """Processes training as one (DDP, by torchrun), each stop taken by all: none waits for others."""
+import math
 import os
+import sys
 from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
+
+from machinery.process import fail
 
 ddp = "RANK" in os.environ  # started by torchrun
 device = "cpu"  # this process's device, set by start
@@ -13,23 +17,25 @@ flags = None  # with NCCL, a gloo group for yes-or-no questions, answered withou
 def start(device_asked, batch_size, gradient_accumulation_steps):
     """Join the other processes, if torchrun started several: (rank, world_size, this process's
     device: cuda:LOCAL_RANK on GPUs); one line where they cannot share a step's micro-batches."""
-    global device
-    device = device_asked
-    return join(batch_size, gradient_accumulation_steps) if ddp else (0, 1, device)
-
-
-def join(batch_size, gradient_accumulation_steps):  # start's work under DDP
     global device, flags
+    device = device_asked
+    if not ddp:
+        return 0, 1, device
     dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
-    if gradient_accumulation_steps % dist.get_world_size():
-        from machinery.errors import stop_uneven
-        stop_uneven(batch_size, gradient_accumulation_steps, dist.get_world_size())
-    if device.startswith("cuda") and dist.is_gloo_available():
-        flags = dist.new_group(backend="gloo")
+    world_size = dist.get_world_size()
+    if gradient_accumulation_steps % world_size:
+        # the same step of sequences in smaller micro-batches
+        steps = math.lcm(gradient_accumulation_steps, world_size)
+        sequences = batch_size * gradient_accumulation_steps
+        same = (f", e.g. --batch_size={sequences // steps} --gradient_accumulation_steps={steps} "
+                f"(the same {sequences} sequences per step)") * (sequences % steps == 0)
+        fail(f"gradient_accumulation_steps={gradient_accumulation_steps} must be divisible by the "
+             f"{world_size} processes; change one of them{same}")
     if device.startswith("cuda"):
+        flags = dist.new_group(backend="gloo") if dist.is_gloo_available() else None
         device = f"cuda:{os.environ['LOCAL_RANK']}"
         torch.cuda.set_device(device)
-    return dist.get_rank(), dist.get_world_size(), device
+    return dist.get_rank(), world_size, device
 
 
 def wrap(model, device_type):  # under DDP: the gradients averaged over the processes
@@ -56,12 +62,8 @@ def stop_together():
         yield
     except (SystemExit, Exception) as e:
         error = e
-    if all_sum(error is not None):
-        stop_all(error)
-
-
-def stop_all(error):  # stop_together's stop: rank 0 says why before any process leaves
-    import sys
+    if not all_sum(error is not None):
+        return
     if not ddp:
         raise error
     if isinstance(error, SystemExit):  # torchrun ends the others once one has left

@@ -1,14 +1,19 @@
-"""Files written whole, and folders held by one process: no half-written file is left behind."""
+"""Files written whole, and folders held by one process: no half-written file is ever read, and no
+two processes write in one folder."""
 import atexit
+import errno
 import os
 import re
+import shutil
 import tempfile
 import time
 import warnings
 from contextlib import suppress
 from pathlib import Path, PurePath
 
-with warnings.catch_warnings():  # without fcntl: "only soft file lock", which hold_folder says
+from machinery.process import fail
+
+with warnings.catch_warnings():  # without fcntl it warns "only soft file lock": a lock all the same
     warnings.simplefilter("ignore")
     import filelock  # locks a folder on POSIX and Windows (torch installs it)
 _held = {}  # the folders this process holds (real paths) and their locks
@@ -18,15 +23,33 @@ def temporary_path(path):  # where write_atomic writes first: a name no one else
     return f"{path}.{os.getpid()}.partial"
 
 
-def write_atomic(path, data, on_error=None):
-    """Write data (bytes, or a function of a file) whole, or call on_error(path, error, size)."""
+def write_error(path, error, size=None):
+    """Why a write failed, and what to do: a full disk says the room there is and was needed."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if error.errno == errno.ENOSPC:
+        free = shutil.disk_usage(folder).free if os.path.isdir(folder) else 0
+        need = f"; the file needs {size / 1e6:.1f} MB" if size else ""
+        return (f"the disk holding {folder} is full ({free / 1e6:.1f} MB free{need}): "
+                f"free some space there, or write elsewhere")
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"{folder} is not writable ({error.strerror}): make it writable, or write elsewhere"
+    return f"{error.strerror or error}; check {folder}"
+
+
+def write_atomic(path, data, kept=""):
+    """Write data (bytes, or a function of a file) whole, replacing path in one rename, or stop in
+    one line (kept: what is kept, and how to go on); a stop in the middle leaves path as it was."""
     try:
         with open(temporary_path(path), "wb") as f:
             data(f) if callable(data) else f.write(data)
         os.replace(temporary_path(path), path)
-    except BaseException as e:  # also Ctrl-C
-        from machinery.file_errors import write_failed
-        write_failed(path, e, data, on_error)
+    except BaseException as e:  # also Ctrl-C: the temporary file goes
+        with suppress(OSError):
+            os.remove(temporary_path(path))
+        if not isinstance(e, OSError):
+            raise
+        size = None if callable(data) else len(data)
+        fail(f"could not write {path}: {write_error(path, e, size)}{kept}")
 
 
 def folder_chain(folder):  # folder and the folders it lies in, outermost first: a, a/b, a/b/c
@@ -34,71 +57,94 @@ def folder_chain(folder):  # folder and the folders it lies in, outermost first:
     return [p for p in map(str, reversed(PurePath(path).parents)) if p != "."] + [path]
 
 
-def make_folder(folder, what="--out_dir"):  # or one line why not; the outermost folder it made
-    created = next((path for path in folder_chain(folder) if not os.path.lexists(path)), None)
+def make_folder(folder, what="--out_dir"):
+    """Make folder, or stop in one line saying why not; returns the outermost folder it made."""
+    made = next((path for path in folder_chain(folder) if not os.path.lexists(path)), None)
     try:
         folder.encode("utf-8")  # bytes that are not UTF-8 arrive from the command line so
         os.makedirs(folder, exist_ok=True)
         tempfile.TemporaryFile(dir=folder).close()  # a file can be written there
-    except (OSError, UnicodeEncodeError) as e:
-        from machinery.file_errors import cannot_make
-        cannot_make(folder, what, e)
-    return created
+    except UnicodeEncodeError:
+        fail(f"{what}={folder!r} is not a UTF-8 name; choose a name of UTF-8 text, e.g. letters, "
+             f"digits, '_' and '-'")
+    except OSError as e:
+        broken = [p for p in folder_chain(folder) if os.path.islink(p) and not os.path.exists(p)]
+        if broken:
+            fail(f"{what}={folder}: {broken[0]} is a broken link, to {os.readlink(broken[0])}, "
+                 f"which does not exist; create that folder, or choose another {what}")
+        if isinstance(e, (FileExistsError, NotADirectoryError)):
+            where = "is a file" if isinstance(e, FileExistsError) else "lies under a file"
+            fail(f"{what}={folder} {where}, not a folder; choose another {what}")
+        fail(f"cannot write in {what}={folder}: {write_error(os.path.join(folder, 'x'), e)}")
+    return made
 
 
-def remove_empty_folders(folder, created):  # up to `created` (make_folder's answer), if empty
+def hold_folder(folder, what, command, shared=False):
+    """Hold folder till this process ends, alone or (shared) beside other readers, or stop in one
+    line: held by another process (named by the note it left beside its lock), or not lockable."""
+    if os.path.realpath(folder) in _held:
+        return
+    # the writer's lock is .held; each reader's .held.<pid>; beside each, .lock(.<pid>) says whose
+    mine = os.path.join(folder, f".held.{os.getpid()}" if shared else ".held")
+    others = [os.path.join(folder, ".held")] if shared else sorted(
+        str(path) for path in Path(folder).glob(".held.*"))
+    lock = filelock.FileLock(mine, timeout=0)
+    try:
+        lock.acquire()
+        for path in others:  # a reader waits out another reader's look at the writer's lock
+            other = filelock.FileLock(path, timeout=5 * shared)
+            other.acquire()
+            let_go(other)  # held by no one: a lock file of a process that ended goes
+    except filelock.Timeout as e:  # before OSError, which it is
+        let_go(lock)
+        holder = "another process"
+        with suppress(OSError), open(note_of(e.lock_file), encoding="utf-8") as f:
+            holder = f.read().strip() or holder
+        fail(f"{folder} is in use by {holder}; wait for it to finish, or use another {what}")
+    except OSError as e:
+        let_go(lock)
+        fail(f"{folder} cannot be locked ({e.strerror or type(e).__name__}: {e.filename}), so "
+             f"nothing would keep a second process out of it; remove what is in the way, or use "
+             f"another {what} on a file system with locks")
+    _held[os.path.realpath(folder)] = lock
+    atexit.register(let_go, lock)
+    with suppress(OSError), open(note_of(mine), "w", encoding="utf-8",
+                                 errors="backslashreplace") as f:
+        f.write(f"pid {os.getpid()} ({command}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n")
+
+
+def note_of(lock_file):  # the note beside a lock saying who holds it: .held.12 -> .lock.12
+    folder, name = os.path.split(lock_file)
+    return os.path.join(folder, ".lock" + name[len(".held"):])
+
+
+def let_go(lock):  # release a lock, and remove its file and note
+    if lock.is_locked:  # not let go of already (release_folder)
+        lock.release()
+        Path(note_of(lock.lock_file)).unlink(missing_ok=True)
+        Path(lock.lock_file).unlink(missing_ok=True)
+
+
+def remove_empty_folders(folder, made):  # up to `made` (make_folder's answer), where empty
     chain = folder_chain(folder)
-    for path in reversed(chain[chain.index(created):] if created else []):
+    for path in reversed(chain[chain.index(made):] if made else []):
         with suppress(OSError):  # not empty
             os.rmdir(path)
 
 
-def hold_folder(folder, what, command, shared=False):
-    """Hold folder till this process ends, alone or (shared) as a reader, noting who holds it (the
-    command) in .lock (.lock.<pid>) where it can; or stop in one line."""
-    if os.path.realpath(folder) in _held:
-        return
-    held = os.path.join(folder, ".held")  # a filelock: the writer's; each reader's: .held.<pid>
-    others = [held] if shared else [str(path) for path in Path(folder).glob(".held.*")]
-    lock = filelock.FileLock(f"{held}.{os.getpid()}" if shared else held, timeout=0)
-    try:
-        if filelock.FileLock is filelock.SoftFileLock:  # its lock files outlive a kill -9
-            raise NotImplementedError("this system has no fcntl locks")
-        lock.acquire()
-        for other in [filelock.FileLock(path, timeout=5 * shared) for path in others]:
-            other.acquire()  # held by no one (a reader waits out another's look at the writer's)
-            let_go(other)  # and a reader's lock file of a process that ended is removed
-    except (OSError, NotImplementedError) as e:  # filelock.Timeout too: another holds it
-        from machinery.file_errors import cannot_hold
-        return cannot_hold(folder, what, shared, lock, e)
-    _held[os.path.realpath(folder)] = lock
-    atexit.register(let_go, lock)
-    note = os.path.join(folder, f".lock.{os.getpid()}" if shared else ".lock")
-    with suppress(OSError), open(note, "w", encoding="utf-8", errors="backslashreplace") as f:
-        f.write(f"pid {os.getpid()} ({command}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n")
-    atexit.register(Path(note).unlink, missing_ok=True)
-
-
-def let_go(lock):  # release a lock, and remove its file
-    if lock.is_locked:  # not let go of already (release_folder)
-        lock.release()
-        Path(lock.lock_file).unlink(missing_ok=True)
-
-
-def claim_folder(folder, command, held_as="--out_dir"):  # make and hold it (held already: as is)
-    atexit.register(remove_empty_folders, folder, make_folder(folder))  # none is left empty
-    hold_folder(folder, held_as, command)
-    for name in sorted(os.listdir(folder)):  # the temporary files of killed writes; notes.tmp stays
+def claim_folder(folder, command, what="--out_dir"):
+    """Make and hold folder, and remove the temporary files of writes killed there before."""
+    atexit.register(remove_empty_folders, folder, make_folder(folder, what))  # none left empty
+    hold_folder(folder, what, command)
+    for name in sorted(os.listdir(folder)):
         if re.fullmatch(r".+\.\d+\.partial", name) and os.path.isfile(os.path.join(folder, name)):
             os.remove(os.path.join(folder, name))
             print(f"removed {os.path.join(folder, name)}, left by an interrupted write")
 
 
 def release_folder(folder):
-    """Let go of a folder this process holds alone, and of its note: for a caller that goes on after
-    its work there (prepare_wikipedia.main called from Python, then a run that trains on it)."""
+    """Let go of a folder this process holds alone: for a caller that goes on after its work there
+    (prepare_wikipedia.main called from Python, then a run that trains on it)."""
     lock = _held.pop(os.path.realpath(folder), None)
     if lock is not None:
         let_go(lock)
-    if os.path.exists(os.path.join(folder, ".lock")):
-        os.remove(os.path.join(folder, ".lock"))

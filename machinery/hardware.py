@@ -2,9 +2,13 @@
 import math
 import os
 import re
+import sys
 import time
 
 import torch
+
+from machinery import distributed
+from machinery.process import compile_failure, fail, machine_error
 
 
 def pick_device(device, dtype="float32", resumed_from=None):
@@ -15,11 +19,26 @@ def pick_device(device, dtype="float32", resumed_from=None):
     picked = auto if device == "auto" else device
     cuda = re.fullmatch(r"cuda(:\d+)?", picked)
     gpu_here = cuda and int(picked[5:] or 0) < torch.cuda.device_count()
-    here = picked == "cpu" or picked == "mps" and mps or gpu_here
     dtypes = ("auto", "float32") if picked == "mps" else ("auto", "float32", "bfloat16", "float16")
-    if not here or dtype not in dtypes:
-        from machinery.errors import device_error
-        device_error(device, dtype, resumed_from)
+    where = ""  # a resume names the checkpoint that ran with them
+    if resumed_from:
+        where = f"{resumed_from} ran with device={device!r}, dtype={dtype!r}; here "
+    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device):
+        fail(f"device={device!r} is not allowed; use --device=cpu, cuda, cuda:N, mps or auto")
+    if cuda and not torch.cuda.is_available():
+        fail(f"{where}device={device!r} but CUDA is not available here; use --device=auto or "
+             f"--device=cpu")
+    if cuda and not gpu_here:
+        fail(f"{where}device={device!r} but there are only {torch.cuda.device_count()} CUDA "
+             f"devices; use --device=cuda:0")
+    if picked == "mps" and not mps:
+        fail(f"{where}device='mps' but MPS (the GPU of Apple silicon) is not available here; use "
+             f"--device=auto or --device=cpu")
+    if dtype not in ("auto", "float32", "bfloat16", "float16"):
+        fail(f"dtype={dtype!r} is not allowed; use --dtype=auto, float32, bfloat16 or float16")
+    if dtype not in dtypes:
+        fail(f"{where}dtype={dtype!r} on mps is not supported here; use --dtype=float32 or "
+             f"--dtype=auto")
     if dtype == "auto":  # not torch.cuda.is_bf16_supported(): it counts a T4's slow emulated bf16
         dtype = "float32"
         if cuda:
@@ -46,10 +65,6 @@ def compile_model(raw_model, gradient_accumulation_steps, batch, autocast, retur
     replayed as CUDA graphs, one launch instead of hundreds; not elsewhere, since a replay writes
     its gradients into the buffers of the last one, which .grad may still hold, so a sum over
     micro-steps can lose terms silently (PyTorch issue 96693) or stop with an error (169545)."""
-    import sys
-
-    from machinery import distributed
-    from machinery.errors import compile_failure
     one_gpu_step = batch[0].is_cuda and not distributed.ddp and gradient_accumulation_steps == 1
     model = torch.compile(raw_model, mode="reduce-overhead" if one_gpu_step else None)
     error = compile_error(model, raw_model, *batch, autocast, return_logits)
@@ -68,7 +83,6 @@ def compile_error(compiled, raw_model, x, y, autocast, return_logits):
     """One training step's forward and backward (twice: CUDA graphs record on the second) and one
     evaluation pass of the compiled model, before a run starts: the error where this torch release
     cannot compile it, else None."""
-    from machinery.process import machine_error
     try:
         # without DDP's wrapper (no gradient exchange): DDP compiles its own graphs
         for _ in range(2):

@@ -1,98 +1,110 @@
-"""How a script stops: in one line on bad input (fail), a stop, out of memory, a failed compile."""
+"""How a script stops: in one line on bad input (fail), on a stop signal, out of memory, a failed
+torch.compile or a lost DDP peer, never with a traceback; and train.py's stop after a whole step."""
 import atexit
 import contextlib
 import os
+import re
 import signal
 import sys
 
 # SIGINT, SIGTERM, SIGHUP, less those ignored where the script started (`nohup`): they stay ignored
 STOPS = [stop for stop in (getattr(signal, name, None) for name in ("SIGINT", "SIGTERM", "SIGHUP"))
          if stop and signal.getsignal(stop) != signal.SIG_IGN]
+MASTER = int(os.environ.get("RANK", 0)) == 0  # rank 0 speaks for a DDP run (torchrun sets RANK)
 
 
 def fail(message):
-    """Stop with `error: message` on stderr and exit status 1; the message names the problem and the
-    fix."""
+    """Stop with `error: message` on stderr and exit status 1; the message names the problem and
+    the fix."""
     raise SystemExit(f"error: {message}")
 
 
+def compile_failure(error, compile_off="use --compile=False"):
+    """The one line for a torch.compile that failed, whatever the torch release and the error."""
+    # BackendCompilerFailed: the backend's own error is inside it
+    while getattr(error, "inner_exception", None) is not None:
+        error = error.inner_exception
+    detail = (str(error).strip() or type(error).__name__).splitlines()[0][:300]
+    no_compiler = re.search(r"compiler|g\+\+|gcc|\bcc\b|cl\.exe|CalledProcessError", detail, re.I)
+    return (f"torch.compile could not build the model ({type(error).__name__}: {detail}); "
+            f"{compile_off}" + (", or install a C++ compiler" if no_compiler else ""))
+
+
+def machine_error(error, lower, compile_off="use --compile=False"):
+    """The one line for an error of the machine rather than of the input, else None: out of memory
+    (naming the settings to lower), a failed torch.compile, a DDP peer that ended."""
+    detail = str(error).strip() or type(error).__name__
+    detail = re.sub(r"\[enforce fail at [^]]*\] (data\. )?", "", detail)
+    # e.g. CUDA out of memory. Tried to allocate 2.00 GiB
+    detail = ". ".join(detail.splitlines()[0].split(". ")[:2])
+    kinds = type(error).__mro__
+    names = [kind.__name__ for kind in kinds]
+    if ("MemoryError" in names or "OutOfMemoryError" in names
+            or re.search(r"out of memory|DefaultCPUAllocator|can't allocate memory", detail, re.I)):
+        return f"out of memory ({detail}); lower {lower}"
+    if "BackendCompilerFailed" in names or any(
+            kind.__module__.startswith(("torch._dynamo", "torch._inductor")) for kind in kinds):
+        return compile_failure(error, compile_off)
+    # gloo and NCCL fail every exchange with a peer that ended (killed, out of memory elsewhere)
+    lost = re.search(r"Connection (reset|closed) by peer|Broken pipe|peer.*(closed|gone)", detail,
+                     re.I)
+    if "RANK" in os.environ and (lost or "DistBackendError" in names
+                                 or "DistNetworkError" in names):
+        detail = re.sub(r"\[[^]]*\.cc:\d+\] ", "", detail).split(". ")[0][:160]
+        return f"another process of this run ended ({type(error).__name__}: {detail})"
+    return None
+
+
+def drop_output():
+    """No reader left (a closed pipe): the rest goes to os.devnull; the last flush cannot fail."""
+    with contextlib.suppress(OSError, ValueError):  # a test's stand-in for stdout has no descriptor
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def script_start():
-    """What every script does first: printing never stops it (a character the console cannot show
-    is escaped, a reader gone ends it quietly); SIGTERM and SIGHUP stop it as Ctrl-C does."""
+    """Printing never stops a script (a character the console cannot show is escaped, a reader
+    gone ends it quietly); SIGTERM and SIGHUP stop it as Ctrl-C does, once."""
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):  # not when a test has replaced it
             stream.reconfigure(errors="backslashreplace")
 
-    def drop_output():  # no reader: the rest goes to os.devnull, so the last flush cannot fail
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError):  # a test's stand-in for stdout has no file descriptor
-            pass
-
-    def flush():
+    def flush():  # before the interpreter's own last flush, which would print "Exception ignored"
         try:
             sys.stdout.flush()
         except BrokenPipeError:
             drop_output()
 
-    def quiet(kind, value, tb, previous=sys.excepthook):  # no BrokenPipeError traceback
-        if issubclass(kind, BrokenPipeError):
-            return drop_output()
-        return previous(kind, value, tb)
-
     def stop_once(signum, frame):  # a second stop (a study's runs, then the study) is ignored
         for stop in STOPS:  # not SIG_IGN: a stop on its way would print a warning
             signal.signal(stop, lambda *args: None)
         raise KeyboardInterrupt
-    atexit.register(flush)  # before the interpreter's own last flush ("Exception ignored")
-    sys.excepthook = quiet
+    atexit.register(flush)
     for stop in STOPS:
         signal.signal(stop, stop_once)
 
 
-def machine_error(error, lower, compile_off="use --compile=False"):
-    """The one line for an error of the machine rather than of the input, None for any other error:
-    out of memory (CPU or GPU), naming the settings to lower, or a torch.compile that found no
-    working C++ compiler."""
-    import re
-    detail = str(error).strip() or type(error).__name__
-    detail = re.sub(r"\[enforce fail at [^]]*\] (data\. )?", "", detail)
-    # e.g. CUDA out of memory. Tried to allocate 2.00 GiB
-    detail = ". ".join(detail.splitlines()[0].split(". ")[:2])
-    names = [kind.__name__ for kind in type(error).__mro__]
-    memory = re.search(r"out of memory|DefaultCPUAllocator|can't allocate memory", detail, re.I)
-    if "MemoryError" in names or "OutOfMemoryError" in names or memory:
-        return f"out of memory ({detail}); lower {lower}"
-    compiler = ("torch._dynamo", "torch._inductor")
-    if "BackendCompilerFailed" in names or any(kind.__module__.startswith(compiler)
-                                               for kind in type(error).__mro__):
-        from machinery.errors import compile_failure
-        return compile_failure(error, compile_off)
-    return None
-
-
-def start_training(run):
-    """train.py's start: one line saying where the last checkpoint is (run: its globals)."""
-    def hook(kind, value, tb):  # a stop, out of memory, no C++ compiler, a DDP peer gone
-        from machinery.errors import peer_gone
-        error = machine_error(value, "--batch_size (a larger --gradient_accumulation_steps keeps "
-                                     "the batch per step) or --context_size")
-        setting = " and that setting" if error else ""  # out of memory: lower a setting to go on
-        error = error or peer_gone(value)
-        if not issubclass(kind, KeyboardInterrupt) and not error:
-            return sys.__excepthook__(kind, value, tb)
-        saved = run.get("saved_iter")  # write_atomic removes the temporary file of a save cut short
-        kept = "no checkpoint was saved yet"
-        if saved is not None:
-            kept = (f"the last checkpoint is {run['ckpt_path']} (iteration {saved}); "
-                    f"continue with `{run['resume_command']}`")
-        if error:  # in any process: it may be the only one short of memory
-            print(f"error: {error}; {kept}" + setting * (saved is not None), file=sys.stderr)
-        elif int(os.environ.get("RANK", 0)) == 0:
-            print(f"interrupted at iteration {run.get('iter_num', 0)}: {kept}", file=sys.stderr)
-    sys.excepthook = hook
+def on_ctrl_c(kept, lower="the sizes asked for", compile_off="use --compile=False"):
+    """From here a stop (Ctrl-C, SIGTERM, SIGHUP) ends the script with one line `interrupted: kept`
+    (kept: what is kept and how to go on; a function for a run that saves as it goes) and exit
+    status 130; a machine error (machine_error) with `error: ...; kept` and status 1."""
     script_start()
-    return StopAfterStep()
+
+    def hook(kind, value, tb):
+        if issubclass(kind, BrokenPipeError):  # no reader: quiet
+            return drop_output()
+        line = machine_error(value, lower, compile_off)
+        if line is None and not issubclass(kind, KeyboardInterrupt):
+            return sys.__excepthook__(kind, value, tb)
+        said = kept() if callable(kept) else kept
+        if line is not None:  # in any process: it may be the only one short of memory
+            return print(f"error: {line}; {said}", file=sys.stderr, flush=True)  # status 1
+        if MASTER:
+            print(f"interrupted: {said}", file=sys.stderr, flush=True)
+        if "RANK" in os.environ:  # torchrun's own hook prints this one's line once it returns
+            return
+        atexit._run_exitfuncs()  # the folders' locks and notes are let go, output flushed
+        os._exit(130)  # and no second stop in the interpreter's shutdown
+    sys.excepthook = hook
 
 
 class StopAfterStep:
@@ -100,6 +112,7 @@ class StopAfterStep:
     ends; a second Ctrl-C ends it at once (torchrun's SIGTERM after a SIGINT changes nothing)."""
     requested = False
     evaluating = None  # the iteration under evaluation
+    saved_iter = None  # the iteration of the checkpoint on disk, for the run's last line
 
     class EvaluationStopped(BaseException):  # not an Exception: no `except Exception` holds it
         pass
@@ -122,9 +135,9 @@ class StopAfterStep:
         if self.requested:
             return
         self.requested = True
-        # at once, on stdout: the run's one last line follows on stderr
         name = signal.Signals(signum).name
-        say = print if int(os.environ.get("RANK", 0)) == 0 else (lambda *args, **kwargs: None)
+        # at once, on stdout: the run's one last line follows on stderr
+        say = print if MASTER else (lambda *args, **kwargs: None)
         if self.evaluating is not None:
             say(f"{name}: ending the evaluation of iteration {self.evaluating} now, then saving a "
                 f"checkpoint of that step's weights (a resume evaluates them)", flush=True)

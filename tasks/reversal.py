@@ -8,6 +8,8 @@ import functools
 import numpy as np
 import torch
 
+from machinery.process import fail
+
 PAD = 0
 START = 10
 SEP = 11
@@ -99,7 +101,6 @@ def score(model, split_name, device):
 def prompts(start, num_samples, seed):
     """sample.py's prompts [START] x [SEP], each with the number of tokens to generate: the digits
     of `start` (e.g. "3 5 4 2 1"), or num_samples random digit sequences."""
-    from machinery.process import fail
     if start is None:
         rng = np.random.default_rng(seed)
         xs = [list(rng.integers(1, 10, size=rng.integers(1, MAX_LEN + 1)))

@@ -15,7 +15,6 @@ import pytest
 
 import configurator
 from conftest import ENV, ROOT
-from machinery import scripts
 from lab import study
 
 SCRIPTS = ["train.py", "sample.py", "evaluate.py", "prepare_wikipedia.py", "lab/study.py", "lab/bench.py"]
@@ -38,7 +37,7 @@ class Parsed(Exception):
 
 def parse(script, argv, monkeypatch):
     """Run ROOT/script with argv in this process until it has read them; returns Parsed, or raises its SystemExit."""
-    real_configure, real_parser = configurator.configure, scripts.argument_parser
+    real_configure, real_parser = configurator.configure, configurator.argument_parser
 
     def configure(settings, defaults, argv, *args, **kwargs):
         real_configure(settings, defaults, argv, *args, **kwargs)
@@ -53,7 +52,7 @@ def parse(script, argv, monkeypatch):
             setattr(parser, name, stop)
         return parser
     monkeypatch.setattr(configurator, "configure", configure)
-    monkeypatch.setattr(scripts, "argument_parser", argument_parser)
+    monkeypatch.setattr(configurator, "argument_parser", argument_parser)
     monkeypatch.setattr(sys, "argv", [script, *argv])
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # the scripts set their own
     monkeypatch.setattr(sys, "path", list(sys.path))

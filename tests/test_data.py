@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from text import get_tokenizer, gpt2_encoding, split_wikitext
-from machinery import checkpoints, errors, files
+import data
+from machinery import checkpoints, files
 import prepare_wikipedia as pw
 from model import ModelConfig, build_model
 from conftest import (ROOT, assert_one_line_error, copy_run, killed_write, log, make_wikitext, prepare_wikitext2, run,
@@ -105,7 +106,7 @@ def test_wikitext_splits_at_top_level_titles_only(tmp_path):
 @pytest.mark.parametrize("dataset", ["wikitext2_valid_byte", "wikitext2_test_gpt2", "wikitext2_valid_gpt2c",
                                      "wikitext2_valid-test_gpt2c"])
 def test_prepare_command_of_a_wikitext2_dataset_builds_that_dataset(wikitext2_host, tmp_path, dataset):
-    command = errors.prepare_command(dataset).split()
+    command = data.prepare_command(dataset).split()
     assert command[:2] == ["python", "prepare_wikipedia.py"]
     prepare_wikitext2(wikitext2_host, tmp_path, *command[2:])
     assert sorted(os.listdir(tmp_path / dataset)) == ["meta.json", "train.bin", "val.bin"]
@@ -113,11 +114,11 @@ def test_prepare_command_of_a_wikitext2_dataset_builds_that_dataset(wikitext2_ho
 
 @pytest.mark.parametrize("dataset", ["wikitext103_1000-300", "wikitext103_1000-300_byte", "wikitext103_1000-300c"])
 def test_prepare_command_of_a_wikitext103_dataset_builds_that_dataset(wikitext103_host, tmp_path, dataset):
-    command = errors.prepare_command(dataset).split()
+    command = data.prepare_command(dataset).split()
     assert command[:3] == ["python", "prepare_wikipedia.py", "--wikitext103"]
     pw.main([*command[2:], "--wikitext103_url", wikitext103_host.url, "--min_chars", "0", "--out_dir", str(tmp_path)])
     assert sorted(os.listdir(tmp_path / dataset)) == ["meta.json", "train.bin", "val.bin"]
-    assert errors.prepare_command("wikitext103") == "python prepare_wikipedia.py --wikitext103"  # the write-up's size
+    assert data.prepare_command("wikitext103") == "python prepare_wikipedia.py --wikitext103"  # the write-up's size
 
 @pytest.mark.parametrize("dataset", ["wikitext2_valid_gpt2c", "wikitext2_valid-test_gpt2c", "wikitext2_all_byte"])
 def test_offline_prepare_command_builds_from_local_copies_the_dataset_the_download_builds(wikitext2_host, tmp_path,
@@ -126,10 +127,10 @@ def test_offline_prepare_command_builds_from_local_copies_the_dataset_the_downlo
     copies.mkdir()
     for name, body in wikitext2_host.files.items():
         (copies / name).write_bytes(body)
-    offline = errors.prepare_command(dataset, offline=True).replace("PATH", str(copies)).split()
+    offline = data.prepare_command(dataset, offline=True).replace("PATH", str(copies)).split()
     prepare_wikitext2(wikitext2_host, tmp_path / "offline", *offline[2:])
     assert wikitext2_host.ranges == []  # nothing downloaded
-    prepare_wikitext2(wikitext2_host, tmp_path / "online", *errors.prepare_command(dataset).split()[2:])
+    prepare_wikitext2(wikitext2_host, tmp_path / "online", *data.prepare_command(dataset).split()[2:])
     for f in ("train.bin", "val.bin"):
         assert (tmp_path / "offline" / dataset / f).read_bytes() == (tmp_path / "online" / dataset / f).read_bytes()
 
@@ -209,45 +210,35 @@ def test_broken_dataset_is_refused_at_start_naming_the_file_and_the_rebuild(work
     assert not os.path.exists(tmp_path / "out")
 
 # -----------------------------------------------------------------------------
-# read_log: a run's log.jsonl, a line torn by a crash
+# log.jsonl at a resume: written from the log the checkpoint carries; one that differs is set aside whole
 
 
-def test_read_log_returns_the_records_and_whether_the_last_line_was_torn(tmp_path):
-    path = str(tmp_path / "log.jsonl")
-    assert checkpoints.read_log(path) == ([], False)  # no log yet
-    (tmp_path / "log.jsonl").write_text('{"iter": 0, "val_loss": 5.0}\n\n{"iter": 2, "val_loss": 4.0}\n')
-    assert checkpoints.read_log(path) == ([{"iter": 0, "val_loss": 5.0}, {"iter": 2, "val_loss": 4.0}], False)
-    with open(path, "a") as f:
-        f.write('{"iter": 4, "val_lo')  # a full disk while appending
-    assert checkpoints.read_log(path) == ([{"iter": 0, "val_loss": 5.0}, {"iter": 2, "val_loss": 4.0}], True)
-    (tmp_path / "log.jsonl").write_text('{"iter": 0}\n{"no_iter": 1}\n{"iter": 4}\n')  # a record without "iter"
-    with pytest.raises(SystemExit) as exit:
-        checkpoints.read_log(path)
-    assert_one_line_error(str(exit.value.code), f"{path} line 2 is not a JSON record", "delete that line")
-
-
-def test_a_log_that_is_a_folder_is_one_line_error_naming_it(tmp_path):
-    (tmp_path / "log.jsonl").mkdir()
-    with pytest.raises(SystemExit) as exit:
-        checkpoints.read_log(str(tmp_path / "log.jsonl"))
-    assert_one_line_error(str(exit.value.code), f"{tmp_path / 'log.jsonl'} is a folder, not a log", "move it out")
-
-
-def test_resume_repairs_a_log_line_torn_by_a_crash(workdir, tmp_path):
+@pytest.mark.parametrize("change", [
+    lambda lines: lines + ['{"iter": 8, "train_lo'],  # a line torn by a full disk
+    lambda lines: lines[:1] + ["garbage\n"] + lines[1:],  # a broken line
+    lambda lines: lines + ['{"note": "lr looked high here"}\n'],  # a note of the user's
+    lambda lines: lines + ['{"iter": "eight"}\n'],  # a record of another kind
+], ids=["torn_line", "broken_line", "users_note", "iter_a_string"])
+def test_a_resume_sets_a_log_that_differs_from_the_checkpoints_aside_whole_and_writes_the_checkpoints(
+        workdir, tmp_path, change):
     out = copy_run(workdir, tmp_path)
-    with open(out / "log.jsonl", "a") as f:
-        f.write('{"iter": 8, "train_lo')  # a full disk while appending
+    lines = (out / "log.jsonl").read_text().splitlines(keepends=True)
+    changed = "".join(change(lines))
+    (out / "log.jsonl").write_text(changed)
     result = train(tmp_path, "out", "--init_from=resume", "--max_iters=8")
-    assert "dropped its last line" in result.stdout
+    assert f"out{os.sep}log.jsonl: set aside whole as out{os.sep}log.jsonl.aside1" in result.stdout
+    assert (out / "log.jsonl.aside1").read_text() == changed  # nothing of it lost
+    assert (out / "log.jsonl").read_text().startswith("".join(lines))
     assert [r["iter"] for r in log(tmp_path, "out")] == [0, 2, 4, 6, 8]
 
 
-def test_corrupt_log_line_before_the_last_is_one_line_error(workdir, tmp_path):
+def test_a_log_that_is_a_folder_is_set_aside_and_written_again(workdir, tmp_path):
     out = copy_run(workdir, tmp_path)
-    lines = (out / "log.jsonl").read_text().splitlines(keepends=True)
-    (out / "log.jsonl").write_text(lines[0] + "garbage\n" + "".join(lines[1:]))
-    result = train(tmp_path, "out", "--init_from=resume", "--max_iters=8", check=False)
-    assert_one_line_error(result, "log.jsonl line 2")
+    lines = (out / "log.jsonl").read_text()
+    (out / "log.jsonl").unlink()
+    (out / "log.jsonl").mkdir()
+    train(tmp_path, "out", "--init_from=resume", "--max_iters=8")
+    assert (out / "log.jsonl.aside1").is_dir() and (out / "log.jsonl").read_text().startswith(lines)
 
 # -----------------------------------------------------------------------------
 # write_atomic: a file is replaced whole, or not at all (train.py's full-disk tests: test_train.py)
@@ -266,10 +257,9 @@ def test_write_atomic_replaces_the_file_whole_or_keeps_the_previous_one(tmp_path
         files.write_atomic(path, full_disk)
     assert_one_line_error(str(exit.value.code), f"could not write {path}: the disk holding {tmp_path} is full")
     assert (tmp_path / "ckpt.pt").read_bytes() == b"second" and os.listdir(tmp_path) == ["ckpt.pt"]
-    calls = []
-    with pytest.raises(SystemExit):  # on_error is told first, e.g. to say which checkpoint is kept
-        files.write_atomic(path, full_disk, on_error=lambda *args: calls.append(args))
-    assert [(p, e.errno, size) for p, e, size in calls] == [(path, errno.ENOSPC, None)]
+    with pytest.raises(SystemExit) as exit:  # the line may say what is kept, and how to go on
+        files.write_atomic(path, full_disk, "; the checkpoint is kept")
+    assert str(exit.value.code).endswith("or write elsewhere; the checkpoint is kept")
 
     def interrupted(f):
         f.write(b"half")
@@ -295,16 +285,46 @@ def test_prepare_removes_the_temporary_files_of_a_killed_write_and_no_other(work
 
 
 @pytest.mark.parametrize("error", [errno.ENOLCK, errno.EOPNOTSUPP])  # NFS without its lock service; no locks at all
-def test_a_folder_on_a_file_system_without_locks_is_used_with_one_line_of_warning(tmp_path, monkeypatch, capsys,
-                                                                                   error):
+def test_a_folder_on_a_file_system_without_locks_is_refused_in_one_line(tmp_path, monkeypatch, error):
     def flock(fd, operation):
         raise OSError(error, os.strerror(error))
     # filelock, which holds the folder, calls fcntl.flock
     monkeypatch.setattr(pytest.importorskip("fcntl"), "flock", flock)
-    files.hold_folder(str(tmp_path), "--out_dir", "test")  # no "in use by another process": no one holds it
-    [line] = capsys.readouterr().out.splitlines()
-    assert line.startswith(f"warning: {tmp_path} cannot be locked ({os.strerror(error)}: its file system has no locks")
-    assert "run one at a time in this --out_dir" in line
+    with pytest.raises(SystemExit) as exit:
+        files.hold_folder(str(tmp_path), "--out_dir", "test")
+    assert_one_line_error(str(exit.value.code), f"{tmp_path} cannot be locked ({os.strerror(error)}",
+                          "nothing would keep a second process out", "another --out_dir")
+
+
+def test_a_lock_file_that_is_a_folder_is_refused_in_one_line_and_an_overwrite_deletes_nothing(workdir, tmp_path):
+    """A folder where the lock goes (left by anything): the run went on unguarded, and a second run with
+    --overwrite=True then deleted the first run's checkpoint under it."""
+    out = copy_run(workdir, tmp_path)
+    (out / ".held").mkdir()
+    before = {name: (out / name).read_bytes() for name in ("ckpt.pt", "log.jsonl")}
+    result = train(tmp_path, "out", "--overwrite=True", check=False)
+    assert_one_line_error(result, "out cannot be locked", ".held", "remove what is in the way")
+    assert {name: (out / name).read_bytes() for name in ("ckpt.pt", "log.jsonl")} == before
+
+
+def test_a_refusal_names_the_holder_of_the_lock_not_the_note_of_a_killed_process(workdir, tmp_path):
+    """The note of a process killed with kill -9 stays; only the note beside the lock that is held is named."""
+    folder = tmp_path / "data" / "tiny"
+    folder.mkdir(parents=True)
+    (folder / ".lock.999999").write_text("pid 999999 (train.py --dataset=tiny, since 2020-01-01 00:00:00)\n")
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from machinery import files; "
+                               "files.hold_folder(sys.argv[1], '--dataset', 'train.py --dataset=tiny', shared=True); "
+                               "print('held', flush=True); sys.stdin.read()", str(folder)],
+                              cwd=tmp_path, env={**os.environ, "PYTHONPATH": ROOT}, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(SystemExit) as exit:
+            files.hold_folder(str(folder), "--name", "prepare")
+    finally:
+        holder.communicate("")
+    assert_one_line_error(str(exit.value.code), f"is in use by pid {holder.pid} (train.py --dataset=tiny")
+    assert "999999" not in str(exit.value.code)
 
 
 # -----------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import torch
 from torch.nn import functional as F
 
 from text import get_tokenizer
+import data
 import evaluate
 import prepare_wikipedia as pw
 from machinery import checkpoints
@@ -30,7 +31,7 @@ def build(config):
 
 def token_losses(model, tokens, block, batch_size, device, starts=None, autocast=None):
     """The cross-entropy of each target token of the windows at `starts`, in one float64 array."""
-    batches = evaluate.window_losses(model, tokens, block, batch_size, device, starts, autocast)
+    batches = data.window_losses(model, tokens, block, batch_size, device, starts, autocast)
     return np.concatenate([losses for _, losses in batches])
 
 
@@ -47,7 +48,7 @@ def evaluate_in(folder, *args):
 @pytest.mark.parametrize("n_tokens", [2, 17, 33, 50])
 def test_windows_predict_every_token_but_the_first_exactly_once(n_tokens):
     block = 16
-    targets = [t for s in evaluate.window_starts(n_tokens, block)
+    targets = [t for s in data.window_starts(n_tokens, block)
                for t in range(s + 1, min(s + block, n_tokens - 1) + 1)]
     assert targets == list(range(1, n_tokens))
 
@@ -60,7 +61,7 @@ def test_token_losses_equal_the_model_loss_over_the_same_windows(variant):
     assert len(losses) == 70
     with torch.no_grad():
         direct = []
-        for s in evaluate.window_starts(len(tokens), 16):
+        for s in data.window_starts(len(tokens), 16):
             x = torch.tensor(tokens[s:s + 16][None])[:, :len(tokens) - 1 - s]
             y = torch.tensor(tokens[s + 1:s + 17][None])
             logits, _, _ = model(x, y)
@@ -110,18 +111,18 @@ def test_split_losses_read_every_val_token_once_and_as_many_train_windows_spread
     folder = compact / "data" / "small"
     val, train = (np.fromfile(folder / f"{split}.bin", dtype=np.uint16) for split in ("val", "train"))
     model = tiny_model(vocab_size=json.load(open(folder / "meta.json"))["vocab_size"], context_size=16)
-    calls, window_losses = [], evaluate.window_losses
+    calls, window_losses = [], data.window_losses
 
     def recorded(model, tokens, block, batch_size, device, starts=None, *args):
         batches = list(window_losses(model, tokens, block, batch_size, device, starts, *args))
         calls.append((len(tokens), starts, np.concatenate([losses for _, losses in batches])))
         return iter(batches)
-    monkeypatch.setattr(evaluate, "window_losses", recorded)
-    result = evaluate.split_losses(model, str(folder), 16, 64, "cpu")
+    monkeypatch.setattr(data, "window_losses", recorded)
+    result = data.split_losses(model, str(folder), 16, 64, "cpu")
     assert set(result) == {"train_loss", "val_loss", "val_loss_seen_ids"}
     (n_train, train_starts, train_losses), (n_val, val_starts, val_losses) = calls
     assert (n_train, n_val, val_starts) == (len(train), len(val), None)
-    assert len(train_starts) == len(evaluate.window_starts(len(val), 16)) > 1
+    assert len(train_starts) == len(data.window_starts(len(val), 16)) > 1
     assert train_starts[0] == 0 and train_starts[-1] == len(train) - 17 and train_starts == sorted(train_starts)
     assert result["train_loss"] == pytest.approx(train_losses.mean(), rel=1e-12)
     direct = token_losses(model, val.astype(np.int64), 16, 64, "cpu")  # evaluate.py's figure for the val split
@@ -135,13 +136,13 @@ def test_split_losses_spread_at_most_512_train_windows(tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     for split, n in (("train", 12000), ("val", 9000)):  # 562 val windows of 16
         rng.integers(0, 50, size=n).astype(np.uint16).tofile(tmp_path / f"{split}.bin")
-    starts, window_losses = [], evaluate.window_losses
+    starts, window_losses = [], data.window_losses
 
     def recorded(model, tokens, block, batch_size, device, windows=None, *args):
         starts.append(windows)
         return window_losses(model, tokens, block, batch_size, device, windows, *args)
-    monkeypatch.setattr(evaluate, "window_losses", recorded)
-    evaluate.split_losses(tiny_model(vocab_size=50, context_size=16), str(tmp_path), 16, 256, "cpu")
+    monkeypatch.setattr(data, "window_losses", recorded)
+    data.split_losses(tiny_model(vocab_size=50, context_size=16), str(tmp_path), 16, 256, "cpu")
     assert len(starts[0]) == 512 and starts[1] is None
 
 
@@ -324,7 +325,7 @@ def test_a_dataset_prepared_again_with_another_tokenizer_is_refused(trained, tmp
              "--out_dir", str(tmp_path / "data"), "--name", "small"])  # full 50257-token vocabulary now
     with pytest.raises(SystemExit) as exit:
         evaluate_in(tmp_path, "--out_dir=run")
-    assert_one_line_error(str(exit.value.code), "prepared again with another tokenizer")
+    assert_one_line_error(str(exit.value.code), "prepared again since this model was trained on it (its tokens differ")
 
 
 def test_a_dataset_prepared_again_from_other_text_is_refused_not_evaluated_with_the_wrong_ids(trained, tmp_path):
@@ -381,7 +382,7 @@ def test_a_split_cut_short_is_one_line_error(trained, tmp_path, cut):
     val.write_bytes(val.read_bytes()[:-cut])
     with pytest.raises(SystemExit) as exit:
         evaluate_in(tmp_path, "--out_dir=run")
-    assert_one_line_error(str(exit.value.code), "data/small/val.bin", "prepare it again")
+    assert_one_line_error(str(exit.value.code), "data/small/val.bin", "prepare the dataset again")
 
 
 def test_help_gives_the_whole_docstring_unbroken():

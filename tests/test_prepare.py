@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 import data
-from machinery import errors
 from text import get_tokenizer, split_wikitext
 import prepare_wikipedia as pw
 from conftest import (ENV, ROOT, TINY, assert_interrupted, assert_one_line_error, fill, interrupted_at,
@@ -226,7 +225,7 @@ def test_wikitext103_takes_whole_articles_until_each_split_holds_the_tokens_aske
     for split, asked in (("train", 2500), ("val", 600)):
         last = len(get_tokenizer("gpt2")[0](splits[split][-1])) + 1
         assert meta[f"{split}_tokens"] >= asked > meta[f"{split}_tokens"] - last  # one article fewer falls short
-    assert errors.prepare_command(out.name).split()[2:5] == ["--wikitext103", "--train_tokens=2500", "--val_tokens=600"]
+    assert data.prepare_command(out.name).split()[2:5] == ["--wikitext103", "--train_tokens=2500", "--val_tokens=600"]
 
 
 def test_wikitext103_cut_download_resumes_and_the_checked_files_need_no_network_again(wikitext103_host, tmp_path,

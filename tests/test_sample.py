@@ -65,7 +65,8 @@ def test_sample_without_checkpoint_or_its_tokenizer_says_what_to_do(workdir, tmp
     checkpoint = torch.load(tmp_path / "out_full" / "ckpt.pt", weights_only=True)
     del checkpoint["dataset_meta"]
     torch.save(checkpoint, tmp_path / "out_full" / "ckpt.pt")
-    assert_one_line_error(run("sample.py", "--out_dir=out_full", cwd=tmp_path, check=False), "meta.json", "older")
+    assert_one_line_error(run("sample.py", "--out_dir=out_full", cwd=tmp_path, check=False), "dataset_meta",
+                          "an older version wrote it")
 
 
 @pytest.mark.parametrize("args, fragments", [
@@ -81,14 +82,13 @@ def test_sample_bad_input_is_one_line_error(workdir, args, fragments):
     assert_one_line_error(run("sample.py", "--out_dir=out_full", *args, cwd=workdir, check=False), *fragments)
 
 
-@pytest.mark.parametrize("meta, fragments", [
-    ("{oops", ["meta.json", "tokenizer"]),
-    (json.dumps({"tokenizer": "gpt2", "vocab_size": 50257}), ["meta.json", "gpt2", "vocab_size=256"]),
-], ids=["meta_not_json", "tokenizer_of_another_vocabulary"])
-def test_sample_with_a_broken_or_mismatched_meta_is_one_line_error(workdir, tmp_path, meta, fragments):
+@pytest.mark.parametrize("meta", ["{oops", json.dumps({"tokenizer": "gpt2", "vocab_size": 50257})],
+                         ids=["meta_not_json", "tokenizer_of_another_vocabulary"])
+def test_sample_decodes_with_the_tokenizer_its_checkpoint_records_whatever_data_holds(workdir, tmp_path, meta):
     copy_run(workdir, tmp_path)
+    expected = run("sample.py", "--out_dir=out", "--device=cpu", "--num_samples=1", cwd=tmp_path).stdout
     (tmp_path / "data" / "tiny" / "meta.json").write_text(meta)
-    assert_one_line_error(run("sample.py", "--out_dir=out", "--device=cpu", cwd=tmp_path, check=False), *fragments)
+    assert run("sample.py", "--out_dir=out", "--device=cpu", "--num_samples=1", cwd=tmp_path).stdout == expected
 
 
 @pytest.mark.parametrize("start", ["3 \u00b2 1", "3 \u0663 1"], ids=["superscript_two", "arabic_indic_three"])

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import prepare_wikipedia as pw
-from machinery import checkpoints, errors
+import data
 from lab import study
 from configurator import read_config
 from conftest import (ASCII_WORDS, ENV, ROOT, assert_interrupted, assert_one_line_error, kill_all, run,
@@ -314,7 +314,7 @@ def test_a_long_run_starts_from_the_finished_short_run_of_its_config_and_seed_on
     out = tmp_path / "long" / "baseline_seed0"
     assert study.start_from_shorter_run("long", "baseline", 0, str(out)) == 20
     assert (out / "ckpt.pt").read_bytes() == b"weights at step 20"
-    records, torn = checkpoints.read_log(str(out / "log.jsonl"))
+    records, torn = study.read_log(str(out / "log.jsonl"))
     assert records[-1]["iter"] == 20 and not torn
     assert sorted(p.name for p in out.iterdir()) == ["ckpt.pt", "log.jsonl"]  # no temporary file left
     assert study.start_from_shorter_run("long", "baseline", 1, str(tmp_path / "long" / "baseline_seed1")) is None
@@ -447,7 +447,7 @@ def test_paper_suite_is_the_write_ups_table_at_its_configurations_on_cuda_bf16_c
         "baseline", "encdec_none", "encdec_mse_pos_sub"]  # the primary comparisons first
     assert suite["seeds"] == [0, 1, 2]
     assert {"--device=cuda", "--dtype=bfloat16", "--compile=True"} <= set(suite["args"])
-    assert errors.prepare_command(suite["dataset"]) == "python prepare_wikipedia.py --wikitext103"
+    assert data.prepare_command(suite["dataset"]) == "python prepare_wikipedia.py --wikitext103"
     params = {run: study.run_cost(study.run_settings("paper", run), 9000)[0] for run in suite["runs"]}
     assert (params["baseline"], params["smaller_baseline"], params["encdec_mse_pos_sub"]) == (
         16_036_800, 15_441_192, 15_763_500)  # the write-up's tables, with GPT-2's vocabulary
@@ -533,7 +533,7 @@ def test_paper_suite_smoke_run_on_the_cpu_every_configuration_then_its_summary(t
         assert f"| {run_} |" in out.split("total:")[0]
         for seed in (0, 1):
             log = str(tmp_path / "smoke" / f"{run_}_seed{seed}" / "log.jsonl")
-            assert checkpoints.read_log(log)[0][-1]["iter"] == 2
+            assert study.read_log(log)[0][-1]["iter"] == 2
     assert "every run of the paper study is done in smoke/" in study_copy()  # resumes nothing it has finished
     table = study_copy("--summary")
     assert "| encdec_mse_pos_sub | 2 | 3.378 |" in table and "| baseline | 2 | 3.424 |" in table
@@ -606,7 +606,7 @@ def test_ctrl_c_or_a_stop_signal_stops_the_study_and_its_runs_keeps_what_ran_and
     fifo = tmp_path / "started"
     os.mkfifo(fifo)
     child = f"import signal; open({str(fifo)!r}, 'w').write('started\\n'); signal.pause()"
-    code = ("import subprocess, sys\nfrom lab import study\nfrom machinery.scripts import on_ctrl_c\n"
+    code = ("import subprocess, sys\nfrom lab import study\nfrom machinery.process import on_ctrl_c\n"
             "on_ctrl_c('the runs finished so far are kept')\n"  # as `python -m lab.study` starts
             "real = subprocess.Popen\n"
             f"study.subprocess.Popen = lambda cmd, **kw: real([sys.executable, '-c', {child!r}], **kw)\n"
@@ -636,7 +636,7 @@ def stopped_study(tmp_path, stand_in, ignored=(), stop="SIGTERM", lines=()):
     os.mkfifo(fifo)
     child = (f"import os, signal, sys\nsys.path.insert(0, {ROOT!r})\nstopped = {str(stopped)!r}\n"
              f"started = lambda: open({str(fifo)!r}, 'w').write(f'started {{os.getpid()}}\\n')\n{stand_in}")
-    code = ("import subprocess, sys\nfrom lab import study\nfrom machinery.scripts import on_ctrl_c\n"
+    code = ("import subprocess, sys\nfrom lab import study\nfrom machinery.process import on_ctrl_c\n"
             "on_ctrl_c('the runs finished so far are kept')\n"  # as `python -m lab.study` starts
             + "".join(f"{line}\n" for line in lines) + "real = subprocess.Popen\n"
             f"study.subprocess.Popen = lambda cmd, **kw: real([sys.executable, '-c', {child!r}], **kw)\n"

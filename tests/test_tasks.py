@@ -97,7 +97,7 @@ def test_a_second_task_is_one_module_trained_sampled_and_evaluated_by_the_three_
     assert result["source"] == "copying held-out sequences" and result["sequences"] == 9
     assert result["accuracy"] == records[-1]["val_accuracy"]
     # and the reversal task is still found by name, not by a line of its own in the scripts
-    assert data.generated_task("reversal").DEFAULTS["max_iters"] == 400 and data.generated_task("tiny") is None
+    assert data.load_task("reversal").DEFAULTS["max_iters"] == 400 and not data.is_task("tiny")
 
 
 def test_the_three_scripts_name_no_task_beyond_their_examples():
@@ -106,23 +106,29 @@ def test_the_three_scripts_name_no_task_beyond_their_examples():
     assert mentions <= 6
 
 
-def test_a_task_and_a_data_folder_of_one_name_are_refused_naming_both(workdir, tmp_path):
+def test_a_task_and_a_data_folder_of_one_name_are_refused_and_a_run_is_what_its_checkpoint_records(workdir, tmp_path):
     """With tasks/tiny.py beside data/tiny/, --dataset=tiny trained the task, and evaluate.py scored a run trained
-    on the text as the task ("accuracy 0.00%", exit 0): train, resume, evaluate and sample now stop in one line."""
+    on the text as the task ("accuracy 0.00%", exit 0): a new run of that name stops in one line; a run trained on
+    the text is resumed, evaluated and sampled as text, as its checkpoint records."""
     project = tmp_path / "project"
     project.mkdir()
     copy_of_the_project(project)
     (project / "tasks" / "tiny.py").write_text(COPYING)
     shutil.copytree(workdir / "data" / "tiny", tmp_path / "data" / "tiny")
     shutil.copytree(workdir / "out_full", tmp_path / "out_full")  # trained on the text of data/tiny
-    for name, args in [("train.py", ["--dataset=tiny", "--out_dir=out_new"]),
-                       ("train.py", ["--out_dir=out_full", "--init_from=resume", "--max_iters=8"]),
-                       ("evaluate.py", ["--out_dir=out_full"]), ("sample.py", ["--out_dir=out_full"])]:
-        result = run(os.path.join(project, name), *args, "--device=cpu", cwd=tmp_path, check=False)
-        assert_one_line_error(result, "--dataset=tiny names both the task", os.path.join("tasks", "tiny.py"),
-                              "the dataset folder", os.path.join("data", "tiny"), "rename one")
+    result = run(os.path.join(project, "train.py"), "--dataset=tiny", "--out_dir=out_new", "--device=cpu",
+                 cwd=tmp_path, check=False)
+    assert_one_line_error(result, "--dataset=tiny names both the task", os.path.join("tasks", "tiny.py"),
+                          "the dataset folder", os.path.join("data", "tiny"), "rename one")
     assert not (tmp_path / "out_new").exists()
-    assert [r["iter"] for r in map(json.loads, open(tmp_path / "out_full" / "log.jsonl"))][-1] == 6
+    evaluated = run(os.path.join(project, "evaluate.py"), "--out_dir=out_full", "--device=cpu", cwd=tmp_path)
+    assert "bits/byte" in evaluated.stdout and "accuracy" not in evaluated.stdout
+    sampled = run(os.path.join(project, "sample.py"), "--out_dir=out_full", "--device=cpu", "--max_new_tokens=5",
+                  cwd=tmp_path)
+    assert " copied as " not in sampled.stdout
+    run(os.path.join(project, "train.py"), "--out_dir=out_full", "--init_from=resume", "--max_iters=8",
+        "--device=cpu", cwd=tmp_path)
+    assert [r["iter"] for r in map(json.loads, open(tmp_path / "out_full" / "log.jsonl"))][-1] == 8
 
 
 @pytest.mark.parametrize("module, fragment", [
@@ -132,7 +138,12 @@ def test_a_task_and_a_data_folder_of_one_name_are_refused_naming_both(workdir, t
     (COPYING.replace("def score(", "def accuracy("), "lacks score; a task gives DEFAULTS, VOCAB_SIZE"),
     (COPYING.replace("DEFAULTS = ", "SETTINGS = ").replace("def show(", "def display("),
      "lacks DEFAULTS, show; a task gives"),
-], ids=["import_error", "syntax_error", "no_score", "no_defaults"])
+    (COPYING + "\nDEFAULTS = 5\n", "has DEFAULTS of another kind"),
+    (COPYING + "\nDEFAULTS = dict(n_layers=2)\n", "has DEFAULTS key 'n_layers' of another kind"),
+    (COPYING + "\nVOCAB_SIZE = '12'\n", "has VOCAB_SIZE of another kind"),
+    ("import sys\nsys.exit(3)\n", "does not import (SystemExit: 3)"),
+], ids=["import_error", "syntax_error", "no_score", "no_defaults", "defaults_not_a_dict", "unknown_defaults_key",
+        "vocab_size_a_string", "exits"])
 def test_a_task_module_that_does_not_import_or_lacks_a_name_is_one_line_before_anything_is_written(tmp_path, module,
                                                                                                     fragment):
     project = tmp_path / "project"
