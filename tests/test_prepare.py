@@ -19,7 +19,7 @@ import data
 from text import get_tokenizer, split_wikitext
 import prepare_wikipedia as pw
 from conftest import (ENV, ROOT, TINY, assert_interrupted, assert_one_line_error, fill, interrupted_at,
-                      make_wikitext, prepare_wikitext2, run, wikitext, word_articles)
+                      make_wikitext, prepare_wikitext2, run, stops_at_their_defaults, wikitext, word_articles)
 
 
 def files_in(folder):
@@ -621,14 +621,41 @@ def test_an_interruption_between_the_files_keeps_the_old_dataset_whole(tmp_path,
     before = dataset_files(tmp_path / "data" / "text")
     real = pw.write_atomic
 
-    def ctrl_c_at_val_bin(path, data, **kwargs):  # the second file, train.bin's written
+    def ctrl_c_at_val_bin(path, data, *args):  # the second file, train.bin's written
         if os.path.basename(path).startswith("val.bin"):
             raise KeyboardInterrupt
-        real(path, data, **kwargs)
+        real(path, data, *args)
     monkeypatch.setattr(pw, "write_atomic", ctrl_c_at_val_bin)
     with pytest.raises(KeyboardInterrupt):
         prepare_text(tmp_path / "new.txt", tmp_path / "data")
     assert dataset_files(tmp_path / "data" / "text") == before and usable(tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_a_stop_while_the_files_are_renamed_waits_till_the_new_dataset_is_whole_and_says_so(tmp_path, monkeypatch,
+                                                                                           stop):
+    """A stop that came between the renames left new train.bin and val.bin beside the old meta.json, said the dataset
+    "stays whole", and train.py refused it: the stop now waits for the last rename, and the line says which."""
+    (tmp_path / "old.txt").write_text(word_articles(["the", "river"], 8, 30))
+    (tmp_path / "new.txt").write_text(word_articles(["the", "river", "castle"], 12, 60))
+    prepare_text(tmp_path / "old.txt", tmp_path / "data")
+    prepare_text(tmp_path / "new.txt", tmp_path / "clean")
+    args = ["--input", "new.txt", "--name", "text", "--tokenizer", "byte", "--min_chars", "0", "--val_fraction",
+            "0.5"]
+    code = ("import os, runpy, signal, sys\nreal = os.replace\n"
+            "def replace(src, dst):\n"
+            "    real(src, dst)\n"
+            "    if src.endswith('train.bin.new'):\n"
+            f"        os.kill(os.getpid(), signal.{stop})\n"
+            f"os.replace = replace\nsys.argv = ['prepare_wikipedia.py', *{args!r}]\n"
+            f"runpy.run_path({os.path.join(ROOT, 'prepare_wikipedia.py')!r}, run_name='__main__')\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=ENV, capture_output=True, text=True,
+                            preexec_fn=stops_at_their_defaults())
+    assert result.returncode == 130
+    assert_interrupted(result, f"the new dataset in data{os.sep}text is whole and in place")
+    finished, clean = dataset_files(tmp_path / "data" / "text"), dataset_files(tmp_path / "clean" / "text")
+    assert {f: finished[f] for f in ("train.bin", "val.bin")} == {f: clean[f] for f in ("train.bin", "val.bin")}
+    assert usable(tmp_path, monkeypatch)
 
 
 def test_a_kill_between_the_renames_is_refused_by_train_py_and_finished_by_the_next_preparation(tmp_path,
