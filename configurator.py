@@ -97,9 +97,10 @@ def checked(key, value, types, defaults, source):
     if key not in defaults:
         fail(f"unknown config key '{key}' in {source}; {suggestion(key, defaults)}")
     if not (type(value) is types[key] or (value is None and defaults[key] is None)):
-        takes = "True or False" if types[key] is bool else "a " + types[key].__name__
-        fail(f"{key}={value!r} in {source} has the wrong type: {key} takes {takes}, not a "
-             f"{type(value).__name__}")
+        # the names of the types a setting takes, and of those it may be given
+        names = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}
+        fail(f"{key}={value!r} in {source} has the wrong type: {key} takes "
+             f"{names[types[key]]}, not {names.get(type(value), type(value).__name__)}")
     return value
 
 
@@ -153,7 +154,10 @@ def config_error(path, e):
                 f"settings: remove that call")
     if isinstance(e, OSError) and not os.path.isfile(path):
         names = {*glob.glob(os.path.join(os.path.dirname(path), "*.py")), *glob.glob("config/*.py")}
-        near = difflib.get_close_matches(path, sorted(names), n=2, cutoff=0.6)
+        # by the file's name: a folder's name in common makes no two names near
+        named = {os.path.basename(name): name for name in sorted(names)}
+        near = difflib.get_close_matches(os.path.basename(path), named, n=2, cutoff=0.75)
+        near = [named[name] for name in near]
         return (f"config file '{path}' not found; "
                 + (f"did you mean {' or '.join(near)}? " if near else "")
                 + "give a path like config/cpu_baseline.py, or options as --key=value")

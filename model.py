@@ -350,10 +350,13 @@ class Transformer(nn.Module):
             if top_k not in (None, 1):
                 v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
                 logits[logits < v[:, [-1]]] = -float("inf")
-            # top_p: drop each token whose more likely ones already add up to top_p
+            # top_p: drop each token whose more likely ones already add up to top_p; the most likely
+            # stays, whatever top_p (one below float32's smallest number is 0 here)
             if top_p is not None and top_k != 1:
                 p, order = F.softmax(logits, -1).sort(-1, descending=True)
-                dropped = logits.gather(-1, order).masked_fill(p.cumsum(-1) - p >= top_p, -math.inf)
+                cut = p.cumsum(-1) - p >= top_p
+                cut[:, 0] = False
+                dropped = logits.gather(-1, order).masked_fill(cut, -math.inf)
                 logits.scatter_(-1, order, dropped)
             # greedy (top_k=1): the most likely token, without drawing from 50k probabilities
             if top_k == 1:

@@ -97,13 +97,19 @@ if dtype != "float32":
 # the prompt
 start = args.start
 if start is not None and start.startswith("FILE:"):
-    try:
-        with open(start[5:], encoding="utf-8") as f:
-            start = f.read()
+    path = start[5:]
+    try:  # a megabyte at most: a context holds far less, and a file such as /dev/zero has no end
+        with open(path, "rb") as f:
+            start = f.read(2 ** 20 + 1)
     except OSError as e:
-        fail(f"cannot read the prompt file {start[5:]} ({e.strerror})")
+        fail(f"cannot read the prompt file {path} ({e.strerror})")
+    if len(start) > 2 ** 20:
+        fail(f"the prompt file {path} holds more than a megabyte; the model reads only the last "
+             f"context_size tokens of a prompt: give those")
+    try:
+        start = start.decode("utf-8")
     except UnicodeDecodeError as e:
-        fail(f"the prompt file {start[5:]} is not UTF-8 text (byte {e.start}); give a text file")
+        fail(f"the prompt file {path} is not UTF-8 text (byte {e.start}); give a text file")
 if start is not None:
     try:
         start.encode("utf-8")

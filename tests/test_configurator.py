@@ -113,6 +113,13 @@ def test_a_mistyped_config_path_suggests_the_near_names_in_config(tmp_path, type
     assert os.listdir(tmp_path) == ["config"]  # nothing trained, nothing written
 
 
+def test_a_config_path_near_no_config_file_suggests_none(tmp_path):
+    """does_not_exist.py got "did you mean config/cpu_encdec_none.py": the folder's name made every path near."""
+    shutil.copytree(os.path.join(ROOT, "config"), tmp_path / "config")
+    result = run("train.py", "does_not_exist.py", cwd=tmp_path, check=False)
+    assert_one_line_error(result, "config file 'does_not_exist.py' not found; give a path like")
+
+
 def test_help_lists_every_setting_with_its_default_and_meaning(tmp_path):
     result = run("train.py", "--help", cwd=tmp_path)
     lines = {line.split("=")[0].strip(): line for line in result.stdout.splitlines() if line.startswith("  --")}

@@ -184,6 +184,19 @@ def test_top_p_draws_from_the_fewest_most_likely_tokens_adding_up_to_p(monkeypat
         assert top_p == 1 or 1 < (want > 0).sum() < (probs > 0).sum()  # some tokens kept, some left out
 
 
+@pytest.mark.parametrize("top_p", ["1e-50", "1e-46", "5e-324"])  # below float32's smallest number: 0 there
+def test_a_top_p_below_what_float32_holds_samples_the_greedy_tokens_instead_of_crashing(workdir, top_p):
+    common = ["--out_dir=out_full", "--start=the river", "--num_samples=1", "--max_new_tokens=20", "--device=cpu"]
+    assert run("sample.py", *common, f"--top_p={top_p}", cwd=workdir).stdout == \
+        run("sample.py", *common, "--top_k=1", cwd=workdir).stdout
+
+
+def test_a_prompt_file_without_end_is_one_line_error_not_a_read_without_bound(workdir):
+    result = run("sample.py", "--out_dir=out_full", "--start=FILE:/dev/zero", "--device=cpu", cwd=workdir,
+                 check=False)
+    assert_one_line_error(result, "the prompt file /dev/zero holds more than a megabyte")
+
+
 def test_generation_stops_when_every_sequence_drew_the_stop_token_and_a_finished_one_repeats_it():
     model = tiny_model(vocab_size=50)
     x = torch.randint(50, (2, 4), generator=torch.Generator().manual_seed(1))

@@ -952,7 +952,7 @@ def test_a_train_py_failure_while_picking_the_learning_rate_is_one_line(tmp_path
     (["--n_layr=1"], ["unknown config key 'n_layr'", "did you mean 'n_layer'?"]),
     (["--dry_run", "--n_layr=1"], ["unknown config key 'n_layr'", "did you mean 'n_layer'?"]),
     (["--summary", "--block_size=64"], ["unknown config key 'block_size'", "did you mean 'context_size'?"]),
-    (["--n_layer=two"], ["n_layer='two'", "has the wrong type: n_layer takes a int"]),
+    (["--n_layer=two"], ["n_layer='two'", "has the wrong type: n_layer takes an integer, not a string"]),
     (["--n_head=7"], ["n_head=7 is not allowed: n_embed=96 must be divisible by it"]),
     (["--seed=3"], ["--seed: the study sets it for each run", "--seeds=N"]),
     (["--out_dir=x", "--overwrite=True"], ["--out_dir, --overwrite: the study sets it for each run"])])
