@@ -386,10 +386,10 @@ def test_the_write_ups_best_is_said_to_weight_its_embedding_loss_as_its_config_d
     assert f"added to the cross-entropy with weight {coeff:g}" in readme()
 
 
-def test_the_readme_says_sampling_needs_only_the_runs_folder_and_checks_a_meta_json_there():
-    """As machinery/checkpoints.trained_meta does (tests/test_sample.py runs it both ways)."""
-    assert "need only the run's folder: the checkpoint carries its tokenizer" in readme()
-    assert "`data/<dataset>/meta.json` under the working folder is checked against it" in readme()
+def test_the_readme_says_sampling_needs_only_the_runs_folder_whose_checkpoint_records_what_it_trained_on():
+    """As sample.py and evaluate.py read it (tests/test_sample.py: a broken data/ meta.json changes no sample)."""
+    assert "need only the run's folder: the checkpoint records what the run trained on" in readme()
+    assert "rewriting `log.jsonl` from the checkpoint (a `log.jsonl` that differs is kept whole" in readme()
 
 
 def test_mfu_is_defined_where_the_readme_first_uses_it():
