@@ -302,11 +302,15 @@ def introduce_run(model, batch_size, gradient_accumulation_steps, max_iters, eva
     # an evaluation batch: a forward pass, a third of a training micro-step
     evals = 2 * eval_iters * (max_iters // eval_interval + 1) * step / gradient_accumulation_steps
     tokens = max_iters * gradient_accumulation_steps * batch_size * c.context_size
+    days = duration(max_iters * step + evals / 3)
+    # the CPU-sized config of the variant asked for: a smaller model, byte tokens
+    cpu = {"baseline": "cpu_baseline", "parallel": "cpu_parallel"}.get(
+        c.variant, "cpu_encdec_none" if c.embedding_loss == "none" else "cpu_encdec_mse_pos_sub")
     fail(f"data/wikitext103 is not prepared. This run trains the write-up's {c.variant} model "
-         f"({model.num_params() / 1e6:.1f}M parameters)\n  on {tokens / 1e9:.2f}B tokens of "
-         f"WikiText-103 ({max_iters:,} steps): about {duration(max_iters * step + evals / 3)} on "
-         f"this machine ({device}, timed on one step).\n"
+         f"({model.num_params() / 1e6:.1f}M parameters)\n  on {tokens / 1e9:.2f}B tokens, "
+         f"{max_iters:,} steps over WikiText-103's 38M: about "
+         f"{days} on this machine ({device}, timed on one step).\n"
          f"  prepare its data (a download, then GPT-2 tokens):  python prepare_wikipedia.py\n"
-         f"  or train the same model on a CPU in minutes:  "
-         f"python train.py config/cpu_encdec_mse_pos_sub.py\n"
+         f"  or train a smaller {c.variant} model (byte tokens) on a CPU in minutes:  "
+         f"python train.py config/{cpu}.py\n"
          f"    (its data:  python prepare_wikipedia.py --wikitext2=valid --tokenizer=byte)")

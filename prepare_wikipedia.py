@@ -353,7 +353,14 @@ def main(argv=None):
             articles += [dict(a, val=True) for a in read_input(val_inputs)]
             source += "; val.bin from " + " ".join(val_inputs)
     meta = prepare(articles, out, args, source)
-    command = "python train.py" + f" --dataset={name}" * (name != TRAIN_DEFAULT)
+    # a run of the write-up's best encoder-decoder that ends in minutes on a CPU, with its config
+    config, own = {"byte": ("cpu_encdec_mse_pos_sub", "wikitext2_valid_byte"),
+                   "gpt2": ("cpu_gpt2_encdec_mse_pos_sub", "wikitext2_valid_gpt2c")}[args.tokenizer]
+    command = (f"python train.py config/{config}.py" + f" --dataset={name}" * (name != own)
+               + " --vocab_size=None" * (name != own and args.tokenizer == "gpt2")
+               + " (minutes on a CPU; config/ has the baseline and the other variants)")
+    if name == TRAIN_DEFAULT:  # the write-up's run
+        command = "python train.py (the write-up's run: 9,000 steps, for a GPU)"
     print(f"wrote {out}: train {meta['train_tokens']:,} and val {meta['val_tokens']:,} "
           f"{args.tokenizer} tokens (vocab {meta['vocab_size']:,}); train on it: {command}")
     release_folder(out)  # done: a run may train on it now, even from this process's caller

@@ -420,9 +420,31 @@ def test_input_is_named_after_its_file_and_ends_with_the_command_that_trains_on_
             "0.5", "--out_dir", str(tmp_path / "data")]
     pw.main(args)
     assert sorted(os.listdir(tmp_path / "data")) == ["valid"]
-    assert capsys.readouterr().out.strip().endswith("train on it: python train.py --dataset=valid")
+    suggested = "train on it: python train.py config/cpu_encdec_mse_pos_sub.py --dataset=valid (minutes on a CPU"
+    assert suggested in capsys.readouterr().out
     pw.main(args)
-    assert capsys.readouterr().out.strip().endswith("train on it: python train.py --dataset=valid")
+    assert suggested in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("tokenizer, compact, name, suggested", [
+    ("byte", [], "wikitext2_valid_byte", "config/cpu_encdec_mse_pos_sub.py (minutes"),
+    ("gpt2", ["--compact_vocab"], "wikitext2_valid_gpt2c", "config/cpu_gpt2_encdec_mse_pos_sub.py (minutes"),
+    ("gpt2", [], "mine", "config/cpu_gpt2_encdec_mse_pos_sub.py --dataset=mine --vocab_size=None (minutes"),
+])
+def test_the_command_prepare_suggests_trains_the_cpu_sized_encoder_decoder_on_it(tmp_path, capsys, tokenizer,
+                                                                                   compact, name, suggested):
+    """It suggested `python train.py --dataset=...`: the write-up's 8M model at 160k tokens a step, 32 days on a
+    CPU. The suggestion is a config that finishes in minutes, and its settings take the dataset prepared."""
+    (tmp_path / "t.txt").write_text(word_articles(["the", "river", "castle"], 40, 300))
+    pw.main(["--input", str(tmp_path / "t.txt"), "--tokenizer", tokenizer, *compact, "--min_chars", "0",
+             "--name", name, "--out_dir", str(tmp_path / "data")])
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.endswith(f"train on it: python train.py {suggested} on a CPU; config/ has the baseline and the "
+                         f"other variants)")
+    shutil.copytree(os.path.join(ROOT, "config"), tmp_path / "config")
+    command = suggested.split(" (")[0].split()  # trains on it: here, its first evaluation
+    result = run("train.py", *command, "--max_iters=0", "--out_dir=out", "--device=cpu", cwd=tmp_path)
+    assert "eval 0: train loss" in result.stdout
 
 
 @pytest.mark.parametrize("where, phrase", [("a_file", "lies under a file"), ("a_file/x", "lies under a file")])
@@ -568,7 +590,8 @@ def test_no_flags_prepare_wikitext103_as_the_write_up_names_it(wikitext103_host,
     implicit = ["--wikitext103_url", wikitext103_host.url, "--min_chars", "0", "--train_tokens", "1000",
                 "--val_tokens", "300", "--name", "wikitext103"]
     pw.main([*implicit, "--out_dir", str(tmp_path / "implicit")])
-    assert capsys.readouterr().out.strip().endswith("train on it: python train.py")
+    assert capsys.readouterr().out.strip().endswith("train on it: python train.py (the write-up's run: 9,000 "
+                                                    "steps, for a GPU)")
     explicit = prepare_wikitext103(wikitext103_host, tmp_path / "explicit", 1000, 300)
     for f in ("train.bin", "val.bin"):
         assert (tmp_path / "implicit" / "wikitext103" / f).read_bytes() == (explicit / f).read_bytes()

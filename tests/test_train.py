@@ -934,8 +934,8 @@ def test_the_cards_command_without_its_data_says_what_the_run_is_and_how_to_prep
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     message = result.stderr
     assert message.startswith("error: data/wikitext103 is not prepared. This run trains the write-up's encdec model")
-    assert re.search(r"\([\d.]+M parameters\)\n  on 1\.44B tokens of WikiText-103 \(9,000 steps\): about [\d.]+ "
-                     r"(h|days) on this machine \(cpu, timed on one step\)", message), message
+    assert re.search(r"\([\d.]+M parameters\)\n  on 1\.44B tokens, 9,000 steps over WikiText-103's 38M: about "
+                     r"[\d.]+ (h|days) on this machine \(cpu, timed on one step\)", message), message
     assert "python prepare_wikipedia.py\n" in message
     assert "python train.py config/cpu_encdec_mse_pos_sub.py" in message
     assert "python prepare_wikipedia.py --wikitext2=valid --tokenizer=byte" in message
