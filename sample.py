@@ -164,9 +164,11 @@ x = x.repeat(args.num_samples, 1)
 with torch.no_grad(), autocast:
     y = model.generate(x, args.max_new_tokens, temperature=temperature, top_k=args.top_k or 200,
                        top_p=top_p, stop_token=eot if args.stop_at_eot else None)
+# control characters (an untrained byte model draws them) as escapes, not as codes for the terminal
+controls = {c: f"\\x{c:02x}" for c in (*range(32), 127) if chr(c) not in "\n\t"}
 for sample in y.tolist():
     new = sample[len(prompt):]
     if args.stop_at_eot and eot in new:
         new = new[:new.index(eot)]
-    print(decode(sample[skip:len(prompt)] + new))
+    print(decode(sample[skip:len(prompt)] + new).translate(controls))
     print("-" * 40)

@@ -200,8 +200,11 @@ def write_meta(folder, **changes):
     (lambda d: (write_meta(d, val_tokens=0), (d / "val.bin").write_bytes(b"")),
      ["val.bin", "empty", "with --val_fraction 0.05"]),
     (change_one_train_token, ["train.bin", "train_token_sum differs", "different preparations"]),
+    (lambda d: write_meta(d, val_tokens="many"), ["val.bin", "val_tokens='many'"]),
+    (lambda d: write_meta(d, tokenizer=["byte"]), ["meta.json", "tokenizer (gpt2 or byte)"]),
+    (lambda d: write_meta(d, train_token_sum="x"), ["train.bin", "train_token_sum differs"]),
 ], ids=["id_beyond_vocab", "train_cut_in_half", "odd_bytes", "meta_not_json", "meta_not_object", "meta_without_vocab",
-        "no_val_split", "another_preparation"])
+        "no_val_split", "another_preparation", "val_tokens_a_string", "tokenizer_a_list", "token_sum_a_string"])
 def test_broken_dataset_is_refused_at_start_naming_the_file_and_the_rebuild(workdir, tmp_path, breaks, fragments):
     shutil.copytree(workdir / "data" / "tiny", tmp_path / "data" / "tiny")
     breaks(tmp_path / "data" / "tiny")

@@ -6,13 +6,15 @@ problem and the fix. CPU only, no network. (The reversal model's sampling: test_
 """
 import json
 import os
+import re
 import shutil
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import assert_interrupted, assert_one_line_error, copy_run, interrupted_at, raising_at, run, tiny_model
+from conftest import (assert_interrupted, assert_one_line_error, copy_run, interrupted_at, raising_at, run, tiny_model,
+                      train)
 
 
 def test_sample_continues_the_prompt(workdir):
@@ -31,11 +33,19 @@ def test_sample_reads_a_prompt_file_longer_than_the_context_and_says_it_reads_it
         result.stderr.splitlines()
 
 
+def test_an_untrained_byte_model_prints_control_bytes_as_escapes_not_as_terminal_codes(workdir, tmp_path):
+    train(workdir, "out_untrained", "--max_iters=0")
+    result = run("sample.py", "--out_dir=out_untrained", "--max_new_tokens=300", "--temperature=5", "--device=cpu",
+                 cwd=workdir)
+    assert not any(ord(c) < 32 and c not in "\n\t" or ord(c) == 127 for c in result.stdout)
+    assert re.search(r"\\x[01][0-9a-f]", result.stdout)  # drawn, and shown
+
+
 def test_sample_with_an_empty_prompt_prints_no_end_of_text_byte(workdir):
     result = run("sample.py", "--out_dir=out_full", "--start=", "--num_samples=2", "--max_new_tokens=5",
                  "--device=cpu", cwd=workdir)
     samples = result.stdout.split("-" * 40 + "\n")[:2]
-    assert all(len(s) > 1 and not s.startswith("\0") for s in samples), samples
+    assert all(len(s) > 1 and not s.startswith(("\0", "\\x00")) for s in samples), samples
 
 
 def test_sample_needs_only_the_run_folder_from_any_working_folder(workdir, tmp_path):
@@ -153,8 +163,9 @@ def test_sample_stops_at_the_end_of_the_article_and_prints_what_comes_before(wor
             "--device=cpu"]
     stopped = run("sample.py", *args, cwd=workdir).stdout.split("-" * 40 + "\n")[:-1]
     running_on = run("sample.py", *args, "--stop_at_eot=False", cwd=workdir).stdout.split("-" * 40 + "\n")[:-1]
-    assert stopped == [s.split("\0")[0] + "\n" if "\0" in s else s for s in running_on]  # print() adds the "\n"
-    assert sum("\0" in s for s in running_on) >= 2  # the property was put to the test
+    # the end-of-text byte, 0, printed as an escape
+    assert stopped == [s.split("\\x00")[0] + "\n" if "\\x00" in s else s for s in running_on]
+    assert sum("\\x00" in s for s in running_on) >= 2  # the property was put to the test
 
 
 def nucleus(probs, top_p):

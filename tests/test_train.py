@@ -879,11 +879,18 @@ def test_a_checkpoint_without_the_optimizer_or_random_state_resumes_saying_what_
     assert [r["iter"] for r in log(tmp_path, "out")] == [0, 2, 4, 6, 8]
 
 
-def test_a_resume_that_changes_the_steps_micro_batches_says_so(workdir, tmp_path):
+def test_a_resume_that_changes_the_steps_sequences_says_so_and_one_that_only_splits_them_otherwise_does_not(workdir,
+                                                                                                          tmp_path):
+    """What decides a step's sequences is their number, batch_size x gradient_accumulation_steps (data.Batches): 4 x 2
+    resumed as 8 x 1 trains on the same sequences, and said that "its steps are of other sequences"."""
     copy_run(workdir, tmp_path)
     result = train(tmp_path, "out", "--init_from=resume", "--max_iters=8", "--gradient_accumulation_steps=4")
     assert ("note: resuming with gradient_accumulation_steps=4, not the checkpoint's gradient_accumulation_steps=2: "
             "its steps are of other sequences from here on") in result.stdout
+    shutil.copytree(workdir / "out_full", tmp_path / "out_8x1")
+    result = train(tmp_path, "out_8x1", "--init_from=resume", "--max_iters=8", "--batch_size=8",
+                   "--gradient_accumulation_steps=1")
+    assert "its steps are of other sequences" not in result.stdout
 
 
 @pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
