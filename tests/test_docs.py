@@ -68,8 +68,9 @@ def test_the_walkthrough_and_the_readme_quote_the_run_time_the_kernel_printed():
     assert f"The run saved here took {seconds} s ({minutes})" in source(WALKTHROUGH, "6d3a8841")
     assert f"{seconds} s, as the kernel printed above" in source(WALKTHROUGH, "bc333c03")
     free = re.search(r"with a core free \(load average ([\d.]+)\), took (\d+) s", source(WALKTHROUGH, "bc333c03"))
-    if free:  # the saved run had no core free: the README quotes the last one that had
+    if free:  # the saved run had no core free: the README quotes the last one that had, and the saved one beside it
         assert float(free[1]) < 2  # fewer jobs than the 2 cores
+        assert f"({seconds / 60:.1f} with none, as the saved run had)" in readme()
         seconds = int(free[2])
     assert f"step for step, in {seconds / 60:.1f} minutes on a 2-core CPU with a core free" in readme()
 
