@@ -15,17 +15,6 @@ import typing
 
 from machinery.process import fail
 
-# the name here of a setting nanoGPT or a Hugging Face config calls otherwise
-ALIASES = {
-    "context_size": "block_size n_ctx n_positions max_position_embeddings seq_len",
-    "n_embed": "n_embd hidden_size d_model", "n_head": "n_heads num_heads num_attention_heads",
-    "n_layer": "n_layers num_layers num_hidden_layers", "max_iters": "max_steps",
-    "dropout": "attn_pdrop resid_pdrop embd_pdrop hidden_dropout_prob",
-    "learning_rate": "lr", "min_lr": "min_learning_rate", "warmup_iters": "warmup_steps",
-    "lr_decay_iters": "lr_decay_steps", "grad_clip": "max_grad_norm", "beta1": "adam_beta1",
-    "beta2": "adam_beta2", "eval_interval": "eval_steps", "log_interval": "logging_steps",
-    "out_dir": "output_dir", "batch_size": "per_device_train_batch_size micro_batch_size"}
-
 
 def configure(settings, defaults, argv, model_config):
     """argv's config files and --key=value into `settings` (globals()), checked; the keys set."""
@@ -179,7 +168,17 @@ def config_error(path, e):
 def suggestion(key, known, command="python train.py"):
     """'did you mean ...?' for an unknown key: its name here if it is a nanoGPT or Hugging Face name
     or written with '-' for '_', else the closest known key."""
-    here = [name for name, names in ALIASES.items() if key in names.split()]
+    # the name here of a setting nanoGPT or a Hugging Face config calls otherwise
+    aliases = {
+        "context_size": "block_size n_ctx n_positions max_position_embeddings seq_len",
+        "n_embed": "n_embd hidden_size d_model", "n_head": "n_heads num_heads num_attention_heads",
+        "n_layer": "n_layers num_layers num_hidden_layers", "max_iters": "max_steps",
+        "dropout": "attn_pdrop resid_pdrop embd_pdrop hidden_dropout_prob",
+        "learning_rate": "lr", "min_lr": "min_learning_rate", "warmup_iters": "warmup_steps",
+        "lr_decay_iters": "lr_decay_steps", "grad_clip": "max_grad_norm", "beta1": "adam_beta1",
+        "beta2": "adam_beta2", "eval_interval": "eval_steps", "log_interval": "logging_steps",
+        "out_dir": "output_dir", "batch_size": "per_device_train_batch_size micro_batch_size"}
+    here = [name for name, names in aliases.items() if key in names.split()]
     if here and here[0] in known:
         return f"did you mean '{here[0]}'? ({key} is called {here[0]} here)"
     close = [key.replace("-", "_")] if key.replace("-", "_") in known else \
@@ -198,46 +197,37 @@ def unknown_argument(arg, known, command="python train.py"):
 # the other scripts' flags: argparse, read as train.py reads its own
 
 
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """The docstring as written, and each flag's default, as train.py --help shows them."""
-
-    def _get_help_string(self, action):
-        shown = "default" in (action.help or "") or action.default in (None, argparse.SUPPRESS)
-        if shown or not action.option_strings:
-            return action.help
-        return f"{action.help} (default: %(default)s)"
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """--key=value or --key value, no abbreviated names, and bad input in one line `error: ...` (an
-    unknown key: its did-you-mean) naming `command --help`, not argparse's usage block."""
-
-    def parse_args(self, args=None, namespace=None):
-        namespace, extra = super().parse_known_args(args, namespace)
-        if extra:  # train.py's line: its name and the closest known one
-            known = [o[2:] for a in self._actions for o in a.option_strings
-                     if o.startswith("--") and a.help != argparse.SUPPRESS]
-            self.error(unknown_argument(extra[0], known, self.prog))
-        return namespace
-
-    def error(self, message):
-        fail(message if f"{self.prog} --help" in message else f"{message} (see {self.prog} --help)")
-
-
 def argument_parser(doc, command):
-    """The parser of a script other than train.py: `command --help` prints doc and the flags."""
+    """The parser of a script other than train.py: `command --help` prints doc and the flags with
+    their defaults; --key=value or --key value, no abbreviated names, and bad input in one line
+    `error: ...` (an unknown key: its did-you-mean) naming `command --help`."""
+    class HelpFormatter(argparse.RawDescriptionHelpFormatter):  # the docstring as written
+        def _get_help_string(self, action):
+            shown = "default" in (action.help or "") or action.default in (None, argparse.SUPPRESS)
+            if shown or not action.option_strings:
+                return action.help
+            return f"{action.help} (default: %(default)s)"
+
+    class ArgumentParser(argparse.ArgumentParser):
+        def parse_args(self, args=None, namespace=None):
+            namespace, extra = super().parse_known_args(args, namespace)
+            if extra:  # train.py's line: its name and the closest known one
+                known = [o[2:] for a in self._actions for o in a.option_strings
+                         if o.startswith("--") and a.help != argparse.SUPPRESS]
+                self.error(unknown_argument(extra[0], known, command))
+            return namespace
+
+        def error(self, message):
+            fail(message if f"{command} --help" in message else f"{message} (see {command} --help)")
     return ArgumentParser(prog=command, description=doc, formatter_class=HelpFormatter,
                           allow_abbrev=False)
 
 
-def true_or_false(text):
-    """A boolean flag's value, as train.py takes one: True or False in any case."""
-    if text.lower() not in ("true", "false"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not True or False")
-    return text.lower() == "true"
-
-
 def add_flag(parser, name, help, default=False):
-    """A boolean flag: --flag (True), --flag=false, --flag True."""
+    """A boolean flag, as train.py takes one: --flag (True), --flag=false, --flag True."""
+    def true_or_false(text):
+        if text.lower() not in ("true", "false"):
+            raise argparse.ArgumentTypeError(f"{text!r} is not True or False")
+        return text.lower() == "true"
     parser.add_argument(name, type=true_or_false, nargs="?", const=True, default=default,
                         metavar="True|False", help=help)
