@@ -47,8 +47,8 @@ def read_checkpoint(ckpt_path, device, fix):
     if not wrong and type(checkpoint["train_config"].get("dataset")) is not str:
         wrong = ["train_config"]
     if wrong:
-        fail(f"checkpoint {ckpt_path} lacks a {', '.join(wrong)} of the kind this code reads (it "
-             f"is not train.py's, or an older version wrote it); {fix}")
+        fail(f"checkpoint {ckpt_path} has no {', '.join(wrong)} of the kind this code reads (it is "
+             f"not train.py's, or an older version wrote it); {fix}")
     return checkpoint
 
 
@@ -116,12 +116,16 @@ def check_resume(checkpoint, config, settings):
     settings that change what the resumed run computes."""
     ckpt_path = os.path.join(settings["out_dir"], "ckpt.pt")
     saved = checkpoint["model_config"]
-    asked = {k: getattr(config, k, "(no such setting)") for k in saved}
-    diffs = [k for k, v in saved.items() if asked[k] != v]
+    unknown = [k for k in saved if not hasattr(config, k)]
+    if unknown:
+        fail(f"{ckpt_path} was written by another version of model.py: its model_config has "
+             f"{', '.join(unknown)}, which this one does not know; resume it with that version")
+    diffs = [k for k, v in saved.items() if getattr(config, k) != v]
     if diffs:
+        asked = ", ".join(f"{k}={getattr(config, k)!r}" for k in diffs)
         fail(f"{ckpt_path} was trained with {', '.join(f'{k}={saved[k]!r}' for k in diffs)}, but "
-             f"this run asks for {', '.join(f'{k}={asked[k]!r}' for k in diffs)}; drop those "
-             f"flags to resume (vocab_size: the dataset's, as prepared)")
+             f"this run asks for {asked}; drop those flags to resume (vocab_size: the dataset's, "
+             f"as prepared)")
     iter_num, logged = checkpoint["iter_num"], checkpoint["log"]
     if iter_num >= settings["max_iters"] and logged and logged[-1]["iter"] == iter_num:
         if MASTER:

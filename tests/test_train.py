@@ -458,6 +458,27 @@ def test_gpt2_tokens_for_a_byte_config_say_how_to_prepare_bytes(workdir, tmp_pat
 # checkpoints that cannot be resumed, and a run that diverges
 
 
+@pytest.mark.parametrize("change, fragments", [
+    (lambda c: c["model_config"].update(n_kv_head=2), ["n_kv_head"]),  # a field since removed, or yet to come
+    (lambda c: c.pop("iter_num"), ["has no iter_num of the kind this code reads"]),
+    (lambda c: c.update(log=[{"iter": "6"}]), ["has no log of the kind this code reads"]),
+    (lambda c: c.update(tokens=1.5), ["has no tokens of the kind this code reads"]),
+    (lambda c: c["train_config"].pop("dataset"), ["has no train_config of the kind this code reads"]),
+], ids=["extra_model_config_key", "no_iter_num", "iter_a_string", "tokens_a_float", "no_dataset"])
+def test_a_checkpoint_another_version_wrote_is_one_line_in_resume_sample_and_evaluate(workdir, tmp_path, change,
+                                                                                        fragments):
+    out = copy_run(workdir, tmp_path)
+    checkpoint = torch.load(out / "ckpt.pt", weights_only=True)
+    change(checkpoint)
+    torch.save(checkpoint, out / "ckpt.pt")
+    before = files(out)
+    for script, args in [("train.py", ["--init_from=resume", "--max_iters=8"]), ("sample.py", []),
+                         ("evaluate.py", [])]:
+        result = run(script, "--out_dir=out", "--device=cpu", *args, cwd=tmp_path, check=False)
+        assert_one_line_error(result, f"out{os.sep}ckpt.pt", *fragments)
+    assert files(out) == before
+
+
 def test_corrupt_checkpoint_is_refused(workdir):
     shutil.copytree(workdir / "out_full", workdir / "out_corrupt")
     path = workdir / "out_corrupt" / "ckpt.pt"
