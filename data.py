@@ -40,11 +40,13 @@ def load_task(name, settings=()):
              f"{', '.join(INTERFACE)} (see tasks/reversal.py)")
     wrong = [key for key, kind in INTERFACE.items() if not (
         callable(getattr(task, key)) if kind is callable else type(getattr(task, key)) is kind)]
-    keys = task.DEFAULTS if type(task.DEFAULTS) is dict and settings else ()
-    wrong += [f"DEFAULTS key {key!r}" for key in keys if key not in settings]
     if wrong:
-        fail(f"the task module {path} has {', '.join(wrong)} of another kind than a task's (not "
-             f"a setting of train.py, not a dict, int or function); see tasks/reversal.py")
+        fail(f"the task module {path} has {', '.join(wrong)} of another kind than a task's "
+             f"(DEFAULTS a dict, the sizes integers, the others functions; see tasks/reversal.py)")
+    unknown = [key for key in task.DEFAULTS if settings and key not in settings]
+    if unknown:
+        fail(f"the task module {path} sets {', '.join(unknown)} in DEFAULTS, which train.py has "
+             f"no setting of; use the names python train.py --help lists")
     return task
 
 

@@ -139,7 +139,7 @@ def test_a_task_and_a_data_folder_of_one_name_are_refused_and_a_run_is_what_its_
     (COPYING.replace("DEFAULTS = ", "SETTINGS = ").replace("def show(", "def display("),
      "lacks DEFAULTS, show; a task gives"),
     (COPYING + "\nDEFAULTS = 5\n", "has DEFAULTS of another kind"),
-    (COPYING + "\nDEFAULTS = dict(n_layers=2)\n", "has DEFAULTS key 'n_layers' of another kind"),
+    (COPYING + "\nDEFAULTS = dict(n_layers=2)\n", "sets n_layers in DEFAULTS, which train.py has no setting of"),
     (COPYING + "\nVOCAB_SIZE = '12'\n", "has VOCAB_SIZE of another kind"),
     ("import sys\nsys.exit(3)\n", "does not import (SystemExit: 3)"),
 ], ids=["import_error", "syntax_error", "no_score", "no_defaults", "defaults_not_a_dict", "unknown_defaults_key",
