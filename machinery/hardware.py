@@ -59,46 +59,38 @@ def pick_device(device, dtype="float32", resumed_from=None):
 
 
 def compile_model(raw_model, gradient_accumulation_steps, batch, autocast, return_logits, master):
-    """torch.compile(raw_model), tried on one step (batch) before the run trusts it; raw_model
-    itself, with one line, where this torch release cannot compile it (in any process: all go on
-    uncompiled). On one GPU without gradient accumulation, mode "reduce-overhead": each step
-    replayed as CUDA graphs, one launch instead of hundreds; not elsewhere, since a replay writes
-    its gradients into the buffers of the last one, which .grad may still hold, so a sum over
-    micro-steps can lose terms silently (PyTorch issue 96693) or stop with an error (169545)."""
-    one_gpu_step = batch[0].is_cuda and not distributed.ddp and gradient_accumulation_steps == 1
+    """torch.compile(raw_model), tried on one training step (twice: CUDA graphs record on the
+    second) and one evaluation pass of batch before the run trusts it; raw_model itself, with one
+    line, where this torch release cannot compile it (in any process: all go on uncompiled). On one
+    GPU without gradient accumulation, mode "reduce-overhead": each step replayed as CUDA graphs,
+    one launch instead of hundreds; not elsewhere, since a replay writes its gradients into the
+    buffers of the last one, which .grad may still hold, so a sum over micro-steps can lose terms
+    silently (PyTorch issue 96693) or stop with an error (169545)."""
+    x, y = batch
+    one_gpu_step = x.is_cuda and not distributed.ddp and gradient_accumulation_steps == 1
     model = torch.compile(raw_model, mode="reduce-overhead" if one_gpu_step else None)
-    error = compile_error(model, raw_model, *batch, autocast, return_logits)
-    if not distributed.all_sum(error is not None):
-        return model
-    if master and error:
-        print("warning: " + compile_failure(error, "training without it (--compile=False skips "
-                                                   "the attempt)"), file=sys.stderr, flush=True)
-    elif master:
-        print("warning: torch.compile failed in another process; training without it",
-              file=sys.stderr, flush=True)
-    return raw_model
-
-
-def compile_error(compiled, raw_model, x, y, autocast, return_logits):
-    """One training step's forward and backward (twice: CUDA graphs record on the second) and one
-    evaluation pass of the compiled model, before a run starts: the error where this torch release
-    cannot compile it, else None."""
-    try:
-        # without DDP's wrapper (no gradient exchange): DDP compiles its own graphs
+    error = None
+    try:  # without DDP's wrapper (no gradient exchange): DDP compiles its own graphs
         for _ in range(2):
             with autocast:
-                loss = compiled(x, y, return_logits=return_logits)[1]
+                loss = model(x, y, return_logits=return_logits)[1]
             loss.backward()
         with torch.no_grad(), autocast:
-            compiled.eval()(x, y, return_logits=return_logits)
-        error = None
+            model.eval()(x, y, return_logits=return_logits)
     except Exception as e:  # a compiler's error can be of any class
         if (machine_error(e, "") or "").startswith("out of memory"):
             raise
         error = e
-    compiled.train()
+    model.train()
     raw_model.zero_grad(set_to_none=True)
-    return error
+    if not distributed.all_sum(error is not None):
+        return model
+    if master:
+        print("warning: " + (compile_failure(error, "training without it (--compile=False skips "
+                                                    "the attempt)") if error else
+                             "torch.compile failed in another process; training without it"),
+              file=sys.stderr, flush=True)
+    return raw_model
 
 
 def sync(device):
