@@ -18,9 +18,7 @@ from machinery.process import fail
 
 def configure(settings, defaults, argv, model_config):
     """argv's config files and --key=value into `settings` (globals()), checked; the keys set."""
-    types = {k: type(v) for k, v in defaults.items()}
-    types.update({f.name: (typing.get_args(f.type) or (f.type,))[0]  # Optional[int] -> int
-                  for f in dataclasses.fields(model_config)})
+    types = types_of(defaults, model_config)
     if "--help" in argv or "-h" in argv:
         print_help(settings["__file__"], defaults, model_config)
     user_set = set()
@@ -31,10 +29,25 @@ def configure(settings, defaults, argv, model_config):
         else:
             source = "the command line"
             pairs = [(key, command_line_value(key, text, types, defaults))]
-        for name, value in pairs:
-            settings[name] = checked(name, value, types, defaults, source)
-            user_set.add(name)
+        apply(settings, defaults, pairs, source, model_config)
+        user_set.update(name for name, _ in pairs)
     return user_set
+
+
+def types_of(defaults, model_config):
+    """The type each setting takes: its default's, or its ModelConfig field's."""
+    types = {k: type(v) for k, v in defaults.items()}
+    types.update({f.name: (typing.get_args(f.type) or (f.type,))[0]  # Optional[int] -> int
+                  for f in dataclasses.fields(model_config)})
+    return types
+
+
+def apply(settings, defaults, pairs, source, model_config):
+    """The (name, value) pairs from source (a config file, the command line, a checkpoint's
+    settings, a task's DEFAULTS) into settings, each a setting of its type, or one line."""
+    types = types_of(defaults, model_config)
+    for name, value in pairs:
+        settings[name] = checked(name, value, types, defaults, source)
 
 
 def split_args(argv, types=None):

@@ -32,7 +32,9 @@ def load_task(name, settings=()):
     path = os.path.join(TASKS, f"{name}.py")
     try:
         task = importlib.import_module(f"tasks.{name}")
-    except (Exception, SystemExit) as e:  # sys.exit() in it would end the script without a word
+    except BaseException as e:  # sys.exit() in it would end the script without a word
+        if isinstance(e, KeyboardInterrupt):
+            raise
         fail(f"the task module {path} does not import ({type(e).__name__}: {e}); fix it")
     missing = [key for key in INTERFACE if not hasattr(task, key)]
     if missing:
@@ -45,8 +47,8 @@ def load_task(name, settings=()):
              f"(DEFAULTS a dict, the sizes integers, the others functions; see tasks/reversal.py)")
     unknown = [key for key in task.DEFAULTS if settings and key not in settings]
     if unknown:
-        fail(f"the task module {path} sets {', '.join(unknown)} in DEFAULTS, which train.py has "
-             f"no setting of; use the names python train.py --help lists")
+        fail(f"the task module {path} sets {', '.join(unknown)} in DEFAULTS, which is no setting "
+             f"of a task's model or schedule; use the names python train.py --help lists")
     return task
 
 

@@ -20,7 +20,7 @@ from contextlib import nullcontext
 
 import torch
 
-from configurator import configure
+from configurator import apply, configure
 from data import Batches, introduce_run, is_task, load_task, open_dataset, split_losses
 from machinery import checkpoints, distributed, hardware, process
 from model import ModelConfig, build_model, get_lr, logits_needed
@@ -88,7 +88,8 @@ trained = None  # what a resumed run trained on, as its checkpoint records it
 if init_from == "resume":  # the checkpoint's settings fill in every key not set here
     checkpoint, restored = checkpoints.resume(out_dir, {"dataset": dataset, "seed": seed},
                                               user_set, command)
-    globals().update(restored)
+    restored = {k: v for k, v in restored.items() if k in defaults}  # less settings since removed
+    apply(globals(), defaults, restored.items(), f"{ckpt_path}'s train_config", ModelConfig)
     user_set |= restored.keys()
     trained = checkpoint["dataset_meta"]
 task = None  # a generated task: as the checkpoint records it, else by its name
@@ -97,10 +98,12 @@ if ("task" in trained) if trained is not None else is_task(dataset):
         process.fail(f"--dataset={dataset} names both the task tasks/{dataset}.py and the dataset "
                      f"folder data/{dataset}/; rename one of them (prepare the text again with "
                      f"another --name)")
-    task = load_task(dataset, defaults)
+    # a task's DEFAULTS set its model and schedule, not where the run writes or what it replaces
+    run_settings = ("out_dir", "dataset", "init_from", "overwrite", "wandb_log")
+    task = load_task(dataset, [k for k in defaults if k not in run_settings])
 if task is not None:  # a generated task: its own small model and short schedule
     own = {k: v for k, v in task.DEFAULTS.items() if k not in user_set}
-    globals().update(own)
+    apply(globals(), defaults, own.items(), f"tasks/{dataset}.py's DEFAULTS", ModelConfig)
     if own:
         print(f"{dataset}: using its own defaults for "
               + ", ".join(f"{k}={v}" for k, v in own.items()))

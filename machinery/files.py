@@ -108,7 +108,8 @@ def hold_folder(folder, what, command, shared=False):
              f"another {what} on a file system with locks")
     _held[os.path.realpath(folder)] = lock
     atexit.register(let_go, lock)
-    with suppress(OSError), open(note_of(mine), "w", encoding="utf-8",
+    Path(note_of(mine)).unlink(missing_ok=True)  # a link in its place: the link goes, not its file
+    with suppress(OSError), open(note_of(mine), "x", encoding="utf-8",
                                  errors="backslashreplace") as f:
         f.write(f"pid {os.getpid()} ({command}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n")
 
@@ -133,11 +134,13 @@ def remove_empty_folders(folder, made):  # up to `made` (make_folder's answer), 
 
 
 def claim_folder(folder, command, what="--out_dir"):
-    """Make and hold folder, and remove the temporary files of writes killed there before."""
+    """Make and hold folder, and remove the temporary files of writes killed there before (of the
+    files the scripts write, never a file of yours)."""
     atexit.register(remove_empty_folders, folder, make_folder(folder, what))  # none left empty
     hold_folder(folder, what, command)
+    ours = r"(ckpt\.pt|log\.jsonl|train\.bin|val\.bin|meta\.json)(\.new)?(\.\d+\.partial)+"
     for name in sorted(os.listdir(folder)):
-        if re.fullmatch(r".+\.\d+\.partial", name) and os.path.isfile(os.path.join(folder, name)):
+        if re.fullmatch(ours, name) and os.path.isfile(os.path.join(folder, name)):
             os.remove(os.path.join(folder, name))
             print(f"removed {os.path.join(folder, name)}, left by an interrupted write")
 

@@ -139,11 +139,13 @@ def test_a_task_and_a_data_folder_of_one_name_are_refused_and_a_run_is_what_its_
     (COPYING.replace("DEFAULTS = ", "SETTINGS = ").replace("def show(", "def display("),
      "lacks DEFAULTS, show; a task gives"),
     (COPYING + "\nDEFAULTS = 5\n", "has DEFAULTS of another kind"),
-    (COPYING + "\nDEFAULTS = dict(n_layers=2)\n", "sets n_layers in DEFAULTS, which train.py has no setting of"),
+    (COPYING + "\nDEFAULTS = dict(n_layers=2)\n", "sets n_layers in DEFAULTS, which is no setting"),
     (COPYING + "\nVOCAB_SIZE = '12'\n", "has VOCAB_SIZE of another kind"),
     ("import sys\nsys.exit(3)\n", "does not import (SystemExit: 3)"),
+    (COPYING + "\nDEFAULTS = dict(DEFAULTS, overwrite=True)\n", "sets overwrite in DEFAULTS"),
+    (COPYING + "\nDEFAULTS = dict(DEFAULTS, out_dir='elsewhere')\n", "sets out_dir in DEFAULTS"),
 ], ids=["import_error", "syntax_error", "no_score", "no_defaults", "defaults_not_a_dict", "unknown_defaults_key",
-        "vocab_size_a_string", "exits"])
+        "vocab_size_a_string", "exits", "overwrite", "out_dir"])
 def test_a_task_module_that_does_not_import_or_lacks_a_name_is_one_line_before_anything_is_written(tmp_path, module,
                                                                                                     fragment):
     project = tmp_path / "project"
@@ -153,3 +155,13 @@ def test_a_task_module_that_does_not_import_or_lacks_a_name_is_one_line_before_a
     result = run(os.path.join(project, "train.py"), "--dataset=broken", "--device=cpu", cwd=tmp_path, check=False)
     assert_one_line_error(result, f"the task module {project / 'tasks' / 'broken.py'} ", fragment)
     assert os.listdir(tmp_path) == ["project"]  # no out/broken claimed, nothing written
+
+
+def test_a_task_default_of_the_wrong_type_is_one_line_before_anything_is_written(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    copy_of_the_project(project)
+    (project / "tasks" / "broken.py").write_text(COPYING + "\nDEFAULTS = dict(DEFAULTS, max_iters='400')\n")
+    result = run(os.path.join(project, "train.py"), "--dataset=broken", "--device=cpu", cwd=tmp_path, check=False)
+    assert_one_line_error(result, "max_iters='400' in tasks/broken.py's DEFAULTS has the wrong type")
+    assert os.listdir(tmp_path) == ["project"]

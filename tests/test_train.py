@@ -479,6 +479,23 @@ def test_a_checkpoint_another_version_wrote_is_one_line_in_resume_sample_and_eva
     assert files(out) == before
 
 
+@pytest.mark.parametrize("change, fragment", [
+    (lambda c: c["train_config"].update(learning_rate=None), "learning_rate=None in out/ckpt.pt's train_config has "
+                                                            "the wrong type"),
+    (lambda c: c["train_config"].update(seed="1337"), "seed='1337' in out/ckpt.pt's train_config has the wrong type"),
+    (lambda c: c["model"].popitem(), "the checkpoint's weights or state do not fit this run"),
+    (lambda c: c.update(optimizer={"state": {}, "param_groups": []}), "do not fit this run (ValueError"),
+    (lambda c: c.update(rng={"cpu": "x"}), "do not fit this run (AttributeError"),
+], ids=["learning_rate_none", "seed_a_string", "a_weight_missing", "optimizer_of_another_model", "rng_a_string"])
+def test_a_checkpoint_whose_settings_or_state_do_not_fit_is_one_line_at_resume(workdir, tmp_path, change, fragment):
+    out = copy_run(workdir, tmp_path)
+    checkpoint = torch.load(out / "ckpt.pt", weights_only=True)
+    change(checkpoint)
+    torch.save(checkpoint, out / "ckpt.pt")
+    result = run("train.py", "--out_dir=out", "--init_from=resume", "--max_iters=8", cwd=tmp_path, check=False)
+    assert_one_line_error(result, fragment)
+
+
 def test_corrupt_checkpoint_is_refused(workdir):
     shutil.copytree(workdir / "out_full", workdir / "out_corrupt")
     path = workdir / "out_corrupt" / "ckpt.pt"
@@ -576,12 +593,21 @@ def test_full_disk_while_saving_is_one_line_and_keeps_the_previous_checkpoint(wo
 def test_only_the_temporary_files_of_a_killed_write_are_removed_at_the_next_start(workdir, tmp_path):
     out = copy_run(workdir, tmp_path)
     left = killed_write(out / "ckpt.pt")
-    for name in ("notes.tmp", "ckpt.pt.tmp", "draft.partial"):  # the user's files
+    mine = ("notes.tmp", "ckpt.pt.tmp", "draft.partial", "report.2024.partial", "draft.1.partial")  # the user's
+    for name in mine:
         (out / name).write_text("mine")
     result = train(tmp_path, "out", "--init_from=resume", "--max_iters=8")
     assert f"removed out{os.sep}{left}, left by an interrupted write" in result.stdout
     assert not (out / left).exists() and [r["iter"] for r in log(tmp_path, "out")][-1] == 8
-    assert all((out / name).read_text() == "mine" for name in ("notes.tmp", "ckpt.pt.tmp", "draft.partial"))
+    assert all((out / name).read_text() == "mine" for name in mine)
+
+
+def test_a_lock_note_that_is_a_link_is_replaced_never_written_through(workdir, tmp_path):
+    out = copy_run(workdir, tmp_path)
+    (tmp_path / "precious.txt").write_text("mine")
+    os.symlink(tmp_path / "precious.txt", out / ".lock")
+    train(tmp_path, "out", "--init_from=resume", "--max_iters=8")
+    assert (tmp_path / "precious.txt").read_text() == "mine"
 
 
 def test_a_second_process_in_the_same_out_dir_is_refused_saying_who_holds_it_until_the_first_dies(workdir):
