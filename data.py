@@ -1,6 +1,7 @@
 """The datasets of data/ (checked once, whole) and the tasks of tasks/; a run's batches; the windows
 that read every token once (evaluate.py, and train.py with eval_iters=0). Tokenizers: text.py."""
 import glob
+import hashlib
 import importlib
 import json
 import os
@@ -89,7 +90,10 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
     preparation, fit for the run (block, vocab_size: None, or 256 or less for byte tokens) and,
     given the checkpoint's record (trained), the tokens and text a model was trained on."""
     data_dir = data_dir or os.path.join("data", dataset)
-    tokenizer = "byte" if vocab_size is not None and vocab_size <= 256 else "gpt2"
+    # the tokenizer to prepare with: the trained model's, else meta.json's, else the run's vocab's
+    tokenizer = (trained or {}).get("tokenizer")
+    if tokenizer not in ("gpt2", "byte"):
+        tokenizer = "byte" if vocab_size is not None and vocab_size <= 256 else "gpt2"
     names = ("train.bin", "val.bin", "meta.json")
     if not all(os.path.exists(os.path.join(data_dir, name)) for name in names):
         online = prepare_hint(dataset, tokenizer)
@@ -108,7 +112,9 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
         meta.get("vocab_size")
     except (OSError, ValueError, AttributeError):  # OSError: e.g. a folder named meta.json
         meta = {}
-    hint = prepare_hint(dataset, meta.get("tokenizer", tokenizer), "compact_vocab" in meta)
+    if meta.get("tokenizer") in ("gpt2", "byte") and not trained:
+        tokenizer = meta["tokenizer"]
+    hint = prepare_hint(dataset, tokenizer, "compact_vocab" in (trained or meta))
 
     def refuse(problem, fix=""):
         fail(f"{problem}; prepare the dataset again: {hint}{fix}")
@@ -126,7 +132,7 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
         if n_bytes % 2:
             refuse(f"{path} has an odd number of bytes ({n_bytes:,}), not 2 per token: it was cut "
                    f"short")
-        if expected is not None and n_bytes != 2 * expected:
+        if f"{split}_tokens" in meta and (type(expected) is not int or n_bytes != 2 * expected):
             refuse(f"{path} has {n_bytes // 2:,} tokens, but meta.json says {split}_tokens="
                    f"{expected!r}: a file cut short, or files of different preparations")
         if n_bytes == 0 and split == "val":
@@ -138,17 +144,22 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
         if int(tokens.max()) >= vocab:
             refuse(f"{path} holds token id {int(tokens.max())}, but meta.json's vocab_size is "
                    f"{vocab}: files of different preparations")
-        if meta.get(f"{split}_token_sum") not in (None, int(tokens.sum(dtype=np.uint64))):
-            refuse(f"{path} does not hold the tokens meta.json was written for ({split}_token_sum "
-                   f"differs): files of different preparations, or a damaged file")
-    keys = ["tokenizer", "vocab_size", "compact_vocab", "train_token_sum", "val_token_sum"]
+        # the sum tells preparations apart; the sha256 (datasets prepared since) any change
+        for key, found in ((f"{split}_token_sum", lambda: int(tokens.sum(dtype=np.uint64))),
+                           (f"{split}_sha256", lambda: file_sha256(path))):
+            if key in meta and meta[key] != found():
+                refuse(f"{path} does not hold the tokens meta.json was written for ({key} "
+                       f"differs): files of different preparations, or a damaged file")
+    keys = ["tokenizer", "vocab_size", "compact_vocab", "train_token_sum", "val_token_sum",
+            "train_sha256", "val_sha256"]
     changed = [key for key in keys if trained and key in trained and trained[key] != meta.get(key)]
     if changed and "tokenizer" in changed:
         fail(f"{data_dir}/meta.json says the {meta['tokenizer']} tokenizer, but the model was "
              f"trained on {trained['tokenizer']} tokens: {data_dir} was prepared again with "
              f"another tokenizer; prepare it as it was for training, or give --input text")
     if changed:
-        what = "its text" if set(changed) <= {"train_token_sum", "val_token_sum"} else "its tokens"
+        what = "its tokens" if set(changed) & {"tokenizer", "vocab_size", "compact_vocab"} else \
+            "its text"
         command = prepare_hint(dataset, trained["tokenizer"], "compact_vocab" in trained)
         fail(f"{data_dir} was prepared again since this model was trained on it ({what} differ: "
              f"{', '.join(changed)}); prepare it as it was for training: {command}")
@@ -156,6 +167,15 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
         fail(f"vocab_size={vocab_size} is smaller than the dataset's {vocab} tokens; leave "
              f"vocab_size unset, or prepare {data_dir} again: {prepare_hint(dataset, tokenizer)}")
     return meta
+
+
+def file_sha256(path):
+    """The sha256 of a file, read a megabyte at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def open_dataset(dataset, task, context_size, vocab_size, command, trained=None):

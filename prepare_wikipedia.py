@@ -79,6 +79,7 @@ def prepare(articles, out, args, source):
         files[f"{split}.bin"] = ids.tobytes()
         meta[f"{split}_tokens"], meta[f"{split}_articles"] = len(ids), len(arrays)
         meta[f"{split}_token_sum"] = int(ids.sum(dtype=np.uint64))  # tells preparations apart
+        meta[f"{split}_sha256"] = hashlib.sha256(files[f"{split}.bin"]).hexdigest()  # and damage
     meta.update(source=source, min_chars=args.min_chars,
                 skipped_short_articles=num_found - len(articles),
                 val_fraction=None if marked else args.val_fraction, seed=args.seed)

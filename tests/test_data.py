@@ -184,6 +184,22 @@ def change_one_train_token(folder):
     ids.tofile(folder / "train.bin")
 
 
+def swap_two_train_tokens(folder):
+    """The same size and the same sum: only a hash of the bytes tells."""
+    ids = np.fromfile(folder / "train.bin", dtype=np.uint16)
+    i = int(np.argmax(ids != ids[0]))
+    ids[0], ids[i] = ids[i], ids[0]
+    ids.tofile(folder / "train.bin")
+
+
+def null_counts_and_cut(folder):
+    """meta.json's train_tokens, train_token_sum and train_sha256 set to null, and train.bin cut short."""
+    meta = json.loads((folder / "meta.json").read_text())
+    (folder / "meta.json").write_text(json.dumps(dict(meta, train_tokens=None, train_token_sum=None,
+                                                      train_sha256=None)))
+    (folder / "train.bin").write_bytes((folder / "train.bin").read_bytes()[:-200])
+
+
 def write_meta(folder, **changes):
     meta = json.loads((folder / "meta.json").read_text())
     (folder / "meta.json").write_text(json.dumps({k: v for k, v in {**meta, **changes}.items() if v is not None}))
@@ -203,8 +219,11 @@ def write_meta(folder, **changes):
     (lambda d: write_meta(d, val_tokens="many"), ["val.bin", "val_tokens='many'"]),
     (lambda d: write_meta(d, tokenizer=["byte"]), ["meta.json", "tokenizer (gpt2 or byte)"]),
     (lambda d: write_meta(d, train_token_sum="x"), ["train.bin", "train_token_sum differs"]),
+    (swap_two_train_tokens, ["train.bin", "train_sha256 differs", "a damaged file"]),
+    (null_counts_and_cut, ["train.bin", "train_tokens=None"]),
 ], ids=["id_beyond_vocab", "train_cut_in_half", "odd_bytes", "meta_not_json", "meta_not_object", "meta_without_vocab",
-        "no_val_split", "another_preparation", "val_tokens_a_string", "tokenizer_a_list", "token_sum_a_string"])
+        "no_val_split", "another_preparation", "val_tokens_a_string", "tokenizer_a_list", "token_sum_a_string",
+        "two_tokens_swapped", "counts_null_and_cut"])
 def test_broken_dataset_is_refused_at_start_naming_the_file_and_the_rebuild(workdir, tmp_path, breaks, fragments):
     shutil.copytree(workdir / "data" / "tiny", tmp_path / "data" / "tiny")
     breaks(tmp_path / "data" / "tiny")
