@@ -89,13 +89,18 @@ def circles(graph):
 
 
 def globals_handed(root, path):
-    """"path:line" of each call given globals() itself, other than configure, .update and dict."""
+    """"path:line" of each call given globals() itself, other than the configurator's functions
+    (configure, and any imported from configurator.py), .update and dict."""
     lines = []
-    for node in ast.walk(ast.parse(read(root, path))):
+    tree = ast.parse(read(root, path))
+    configurators = {alias.asname or alias.name for node in ast.walk(tree)
+                     if isinstance(node, ast.ImportFrom) and node.module == "configurator"
+                     for alias in node.names}
+    for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             callee = getattr(node.func, "id", getattr(node.func, "attr", None))
             given = node.args + [keyword.value for keyword in node.keywords]
-            if callee not in NOT_HANDED and any(
+            if callee not in NOT_HANDED | configurators and any(
                     isinstance(a, ast.Call) and getattr(a.func, "id", None) == "globals"
                     and not a.args and not a.keywords for a in given):
                 lines.append(node.lineno)

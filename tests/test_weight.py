@@ -91,6 +91,11 @@ def test_globals_handed_are_calls_given_globals_but_configure_update_dict_and_th
     assert figures["globals_handed"] == ["train.py:5"]
 
 
+def test_globals_given_to_any_function_imported_from_the_configurator_is_not_handed_away(tmp_path):
+    make(tmp_path, {"train.py": "from configurator import apply as put\nput(globals())\nshow(globals())\n"})
+    assert weight.measure(str(tmp_path))["globals_handed"] == ["train.py:3"]
+
+
 def test_line_widths_are_over_the_classrooms_non_blank_lines(figures):
     widths = [8, 28, 14, 14, 24, 33, 26, 8, 12, 15, 18, 8, 95, 101, 34, 19, 15, 27, 9, 8]  # 20 non-blank lines
     assert figures["chars_per_line"] == round(sum(widths) / 20, 1) == 25.8
