@@ -165,7 +165,8 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
              f"{', '.join(changed)}); prepare it as it was for training: {command}")
     if vocab_size is not None and vocab_size < vocab:
         fail(f"vocab_size={vocab_size} is smaller than the dataset's {vocab} tokens; leave "
-             f"vocab_size unset, or prepare {data_dir} again: {prepare_hint(dataset, tokenizer)}")
+             f"vocab_size unset, or prepare {data_dir} again: "
+             f"{prepare_hint(dataset, 'byte' if vocab_size <= 256 else 'gpt2')}")
     return meta
 
 
