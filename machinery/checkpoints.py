@@ -174,7 +174,7 @@ def restore(checkpoint, model, optimizer, scaler):
     """Load the weights, the optimizer's moments, the float16 scale and the random state; without
     the optimizer's state or the random state a resume goes on, saying so. Returns (iter_num,
     best_val_loss, tokens seen, grad_norm, the records logged); one line where they do not fit."""
-    try:
+    try:  # weights of another shape, an optimizer of another model, a random state not a tensor
         return restore_state(checkpoint, model, optimizer, scaler)
     except (RuntimeError, ValueError, TypeError, AttributeError, KeyError) as e:
         detail = (str(e).strip() or "?").splitlines()[0][:200]
@@ -182,7 +182,7 @@ def restore(checkpoint, model, optimizer, scaler):
              f"{detail}); restore a good copy or train from scratch in a new --out_dir")
 
 
-def restore_state(checkpoint, model, optimizer, scaler):  # restore's work
+def restore_state(checkpoint, model, optimizer, scaler):  # restore's work, without its one line
     model.load_state_dict(checkpoint["model"])
     lost = [what for key, what in (("optimizer", "the optimizer's moments (AdamW starts them "
                                                  "again)"),

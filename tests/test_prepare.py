@@ -654,24 +654,32 @@ def test_an_interruption_between_the_files_keeps_the_old_dataset_whole(tmp_path,
     assert dataset_files(tmp_path / "data" / "text") == before and usable(tmp_path, monkeypatch)
 
 
+# the arguments that prepare new.txt over old.txt's dataset, data/text
+RENAMED = ["--input", "new.txt", "--name", "text", "--tokenizer", "byte", "--min_chars", "0", "--val_fraction", "0.5"]
+
+
+def prepare_with_an_event_at_the_first_rename(tmp_path, event):
+    """data/text prepared from old.txt, clean/text from new.txt; then the code that prepares new.txt over data/text
+    with `event` (a line of Python) run as soon as train.bin is renamed over the old one."""
+    (tmp_path / "old.txt").write_text(word_articles(["the", "river"], 8, 30))
+    (tmp_path / "new.txt").write_text(word_articles(["the", "river", "castle"], 12, 60))
+    prepare_text(tmp_path / "old.txt", tmp_path / "data")
+    prepare_text(tmp_path / "new.txt", tmp_path / "clean")
+    return ("import os, runpy, signal, sys\nreal = os.replace\n"
+            "def replace(src, dst):\n"
+            "    real(src, dst)\n"
+            "    if src.endswith('train.bin.new'):\n"
+            f"        {event}\n"
+            f"os.replace = replace\nsys.argv = ['prepare_wikipedia.py', *{RENAMED!r}]\n"
+            f"runpy.run_path({os.path.join(ROOT, 'prepare_wikipedia.py')!r}, run_name='__main__')\n")
+
+
 @pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
 def test_a_stop_while_the_files_are_renamed_waits_till_the_new_dataset_is_whole_and_says_so(tmp_path, monkeypatch,
                                                                                            stop):
     """A stop that came between the renames left new train.bin and val.bin beside the old meta.json, said the dataset
     "stays whole", and train.py refused it: the stop now waits for the last rename, and the line says which."""
-    (tmp_path / "old.txt").write_text(word_articles(["the", "river"], 8, 30))
-    (tmp_path / "new.txt").write_text(word_articles(["the", "river", "castle"], 12, 60))
-    prepare_text(tmp_path / "old.txt", tmp_path / "data")
-    prepare_text(tmp_path / "new.txt", tmp_path / "clean")
-    args = ["--input", "new.txt", "--name", "text", "--tokenizer", "byte", "--min_chars", "0", "--val_fraction",
-            "0.5"]
-    code = ("import os, runpy, signal, sys\nreal = os.replace\n"
-            "def replace(src, dst):\n"
-            "    real(src, dst)\n"
-            "    if src.endswith('train.bin.new'):\n"
-            f"        os.kill(os.getpid(), signal.{stop})\n"
-            f"os.replace = replace\nsys.argv = ['prepare_wikipedia.py', *{args!r}]\n"
-            f"runpy.run_path({os.path.join(ROOT, 'prepare_wikipedia.py')!r}, run_name='__main__')\n")
+    code = prepare_with_an_event_at_the_first_rename(tmp_path, f"os.kill(os.getpid(), signal.{stop})")
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=ENV, capture_output=True, text=True,
                             preexec_fn=stops_at_their_defaults())
     assert result.returncode == 130
@@ -685,22 +693,10 @@ def test_a_kill_between_the_renames_is_refused_by_train_py_and_finished_by_the_n
                                                                                                monkeypatch):
     """Killed (kill -9) after train.bin is renamed over the old one: train.py refuses the mixed folder, and the next
     preparation of that name, even one that then fails, first finishes the new dataset, which was whole."""
-    (tmp_path / "old.txt").write_text(word_articles(["the", "river"], 8, 30))
-    (tmp_path / "new.txt").write_text(word_articles(["the", "river", "castle"], 12, 60))
-    prepare_text(tmp_path / "old.txt", tmp_path / "data")
-    prepare_text(tmp_path / "new.txt", tmp_path / "clean")
-    args = ["--input", "new.txt", "--name", "text", "--tokenizer", "byte", "--min_chars", "0", "--val_fraction",
-            "0.5"]
-    code = ("import os, runpy, sys\nreal = os.replace\n"
-            "def replace(src, dst):\n"
-            "    real(src, dst)\n"
-            "    if src.endswith('train.bin.new'):\n"
-            "        os._exit(9)\n"
-            f"os.replace = replace\nsys.argv = ['prepare_wikipedia.py', *{args!r}]\n"
-            f"runpy.run_path({os.path.join(ROOT, 'prepare_wikipedia.py')!r}, run_name='__main__')\n")
+    code = prepare_with_an_event_at_the_first_rename(tmp_path, "os._exit(9)")
     assert subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=ENV).returncode == 9
     assert not usable(tmp_path, monkeypatch)  # a mix of two preparations is never taken for a dataset
-    result = run("prepare_wikipedia.py", *args, "--min_chars", "1000000", cwd=tmp_path, check=False)
+    result = run("prepare_wikipedia.py", *RENAMED, "--min_chars", "1000000", cwd=tmp_path, check=False)
     assert_one_line_error(result, "no article of at least --min_chars=1000000")
     finished, clean = dataset_files(tmp_path / "data" / "text"), dataset_files(tmp_path / "clean" / "text")
     assert {f: finished[f] for f in ("train.bin", "val.bin")} == {f: clean[f] for f in ("train.bin", "val.bin")}
