@@ -1,6 +1,7 @@
 """The command line of every script. train.py's settings, nanoGPT style: globals with defaults,
 then config files (`n_layer = 4`), then --key=value or --key value (a bool: a bare --flag too),
-later ones winning; the other scripts' flags (argparse) read the same way (argument_parser)."""
+later ones winning. The other scripts take theirs through argparse, with the same grammar and
+the same messages (argument_parser)."""
 import argparse
 import ast
 import dataclasses
@@ -15,21 +16,30 @@ import typing
 
 from machinery.process import fail
 
+# the name here of a setting that nanoGPT or a Hugging Face config calls otherwise
+ALIASES = {
+    "context_size": "block_size n_ctx n_positions max_position_embeddings seq_len",
+    "n_embed": "n_embd hidden_size d_model", "n_head": "n_heads num_heads num_attention_heads",
+    "n_layer": "n_layers num_layers num_hidden_layers", "max_iters": "max_steps",
+    "dropout": "attn_pdrop resid_pdrop embd_pdrop hidden_dropout_prob",
+    "learning_rate": "lr", "min_lr": "min_learning_rate", "warmup_iters": "warmup_steps",
+    "lr_decay_iters": "lr_decay_steps", "grad_clip": "max_grad_norm", "beta1": "adam_beta1",
+    "beta2": "adam_beta2", "eval_interval": "eval_steps", "log_interval": "logging_steps",
+    "out_dir": "output_dir", "batch_size": "per_device_train_batch_size micro_batch_size"}
+
 
 def configure(settings, defaults, argv, model_config):
     """argv's config files and --key=value into `settings` (globals()), checked; the keys set."""
-    types = types_of(defaults, model_config)
     if "--help" in argv or "-h" in argv:
         print_help(settings["__file__"], defaults, model_config)
+    types = types_of(defaults, model_config)
     user_set = set()
     for key, text in split_args(argv, types):
         if key is None:  # a config file
-            source = text
             pairs = read_config(text).items()
         else:
-            source = "the command line"
-            pairs = [(key, command_line_value(key, text, types, defaults))]
-        apply(settings, defaults, pairs, source, model_config)
+            pairs = [(key, command_line_value(key, text, types))]
+        apply(settings, defaults, pairs, text if key is None else "the command line", model_config)
         user_set.update(name for name, _ in pairs)
     return user_set
 
@@ -51,10 +61,9 @@ def apply(settings, defaults, pairs, source, model_config):
 
 
 def split_args(argv, types=None):
-    """(key, text) of each --key=value, --key value and bare --flag, (None, arg) of anything else (a
-    config file, '--'). A key takes the next argument unless that is an option (a bool: or a .py
-    file); where it takes none, a bool is "True", another key of `types` None (no value), and a key
-    not in `types` (another script's) a flag, "True"."""
+    """(key, text) of each --key=value, --key value and bare --flag; (None, arg) of anything else.
+    A key takes the next argument unless that is an option (or, for a bool, a .py file); with none,
+    a bool (or another script's key, not in types) is "True", another setting None."""
     types = types or {}
     args = list(argv)
     pairs = []
@@ -73,15 +82,15 @@ def split_args(argv, types=None):
     return pairs
 
 
-def command_line_value(key, text, types, defaults):
+def command_line_value(key, text, types):
     """--key=text's value: a string as typed (--out_dir=2024), True/False in any case, a literal."""
     if text is None:
         fail(f"'--{key}' has no value; write --{key}=VALUE or --{key} VALUE (python train.py "
              f"--help lists them)")
-    if types.get(key) is bool and text.lower() not in ("true", "false"):
-        fail(f"--{key} {text}: {key} takes True or False (any case), not {text!r}; write "
-             f"--{key} (True), --{key}=True or --{key}=False")
     if types.get(key) is bool:
+        if text.lower() not in ("true", "false"):
+            fail(f"--{key} {text}: {key} takes True or False (any case), not {text!r}; write "
+                 f"--{key} (True), --{key}=True or --{key}=False")
         return text.lower() == "true"
     try:
         value = ast.literal_eval(text)
@@ -99,7 +108,6 @@ def checked(key, value, types, defaults, source):
     if key not in defaults:
         fail(f"unknown config key '{key}' in {source}; {suggestion(key, defaults)}")
     if not (type(value) is types[key] or (value is None and defaults[key] is None)):
-        # the names of the types a setting takes, and of those it may be given
         names = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}
         fail(f"{key}={value!r} in {source} has the wrong type: {key} takes "
              f"{names[types[key]]}, not {names.get(type(value), type(value).__name__)}")
@@ -107,9 +115,8 @@ def checked(key, value, types, defaults, source):
 
 
 def read_config(path):
-    """The settings a config file assigns, {name: value}; an error in it names the file and line,
-    not a traceback. A config file may import a sibling it extends:
-    `from config.cpu_base import *`."""
+    """The settings a config file assigns, {name: value}, or one line naming its file and line. A
+    config file may extend a sibling: `from config.cpu_base import *`."""
     try:
         with open(path, encoding="utf-8") as f:
             code = compile(f.read(), path, "exec")
@@ -121,9 +128,35 @@ def read_config(path):
             if not k.startswith("_") and not isinstance(v, type(sys))}
 
 
+def config_error(path, e):
+    """The one line for a config file that is not there or does not run: where, and the fix."""
+    if path.startswith("-"):  # '--' alone, '-key=value'
+        return unknown_argument(path, ())
+    if isinstance(e, SystemExit):
+        return (f"config file {path} called sys.exit({e.code!r}); a config file only assigns "
+                f"settings: remove that call")
+    if isinstance(e, OSError) and not os.path.isfile(path):
+        # the near names in its folder and in config/, by the file's name alone
+        paths = {*glob.glob(os.path.join(os.path.dirname(path), "*.py")), *glob.glob("config/*.py")}
+        named = {os.path.basename(p): p for p in sorted(paths)}
+        near = difflib.get_close_matches(os.path.basename(path), named, n=2, cutoff=0.75)
+        return (f"config file '{path}' not found; "
+                + f"did you mean {' or '.join(named[n] for n in near)}? " * bool(near)
+                + "give a path like config/cpu_baseline.py, or options as --key=value")
+    if isinstance(e, SyntaxError) and e.lineno:  # also in a config file it imports
+        return f"config file {e.filename} line {e.lineno}: {e.msg}; fix the Python there"
+    frames = [f for f in traceback.extract_tb(e.__traceback__)  # the config's, not this file's
+              if os.path.abspath(f.filename) != os.path.abspath(__file__)
+              and not f.filename.startswith(("<", sys.prefix, sys.base_prefix))]
+    if not frames:  # e.g. not UTF-8, or null bytes
+        return (f"config file {path} is not Python source ({type(e).__name__}: {e}); give a "
+                f"file like config/cpu_baseline.py")
+    return (f"config file {frames[-1].filename} line {frames[-1].lineno} raised "
+            f"{type(e).__name__}: {e}; fix the Python there")
+
+
 def print_help(script, defaults, model_config):
-    """Every setting with its default and the comment beside it in the script's or the model
-    config's source; then exit."""
+    """Every setting with its default and the comment beside it in the script or ModelConfig."""
     comments = {}
     for line in open(script).read().splitlines() + inspect.getsource(model_config).splitlines():
         match = re.match(r"\s*(\w+)\b[^#]*=[^#]*#\s*(.*)", line)
@@ -137,62 +170,20 @@ def print_help(script, defaults, model_config):
     for key, value in defaults.items():
         if key == "variant":
             print("\nmodel settings (ModelConfig in model.py); None keeps the variant's default:")
-        value = model_defaults.get(key, '""' if value == "" else value)
+        shown = model_defaults.get(key, '""' if value == "" else value)
+        line = f"  --{key}={shown}"
         meaning = comments.get(key, "see ModelConfig in model.py")
-        line = f"  --{key}={value}"
         print(line.ljust(40) + (" " + meaning if len(line) < 40 else "\n" + " " * 40 + meaning))
     print("\nA generated task, such as --dataset=reversal, uses its own small model and schedule "
           "for the settings not\ngiven (its module's DEFAULTS, in tasks/).")
     sys.exit(0)
 
 
-def config_error(path, e):
-    """The one line for a config file that is not there or does not run: the file and line (the
-    near names beside a file not found), and the fix."""
-    if path.startswith("-"):  # '--' alone, '-key=value'
-        return unknown_argument(path, ())
-    if isinstance(e, SystemExit):
-        return (f"config file {path} called sys.exit({e.code!r}); a config file only assigns "
-                f"settings: remove that call")
-    if isinstance(e, OSError) and not os.path.isfile(path):
-        names = {*glob.glob(os.path.join(os.path.dirname(path), "*.py")), *glob.glob("config/*.py")}
-        # by the file's name: a folder's name in common makes no two names near
-        named = {os.path.basename(name): name for name in sorted(names)}
-        near = difflib.get_close_matches(os.path.basename(path), named, n=2, cutoff=0.75)
-        near = [named[name] for name in near]
-        return (f"config file '{path}' not found; "
-                + (f"did you mean {' or '.join(near)}? " if near else "")
-                + "give a path like config/cpu_baseline.py, or options as --key=value")
-    if isinstance(e, UnicodeDecodeError):
-        return (f"config file {path} is not text (byte {e.start} is not UTF-8); give a Python file "
-                f"like config/cpu_baseline.py")
-    if isinstance(e, SyntaxError):  # also in a config file it imports
-        return f"config file {e.filename} line {e.lineno}: {e.msg}; fix the Python there"
-    if isinstance(e, ValueError) and "null bytes" in str(e):
-        return (f"config file {path} is not Python source ({e}); give a Python file like "
-                f"config/cpu_baseline.py")
-    frames = [f for f in traceback.extract_tb(e.__traceback__)  # the config's, not this file's
-              if os.path.abspath(f.filename) != os.path.abspath(__file__)
-              and not f.filename.startswith(("<", sys.prefix, sys.base_prefix))]
-    where = f"{frames[-1].filename} line {frames[-1].lineno}" if frames else path
-    return f"config file {where} raised {type(e).__name__}: {e}; fix the Python there"
-
-
 def suggestion(key, known, command="python train.py"):
-    """'did you mean ...?' for an unknown key: its name here if it is a nanoGPT or Hugging Face name
-    or written with '-' for '_', else the closest known key."""
-    # the name here of a setting nanoGPT or a Hugging Face config calls otherwise
-    aliases = {
-        "context_size": "block_size n_ctx n_positions max_position_embeddings seq_len",
-        "n_embed": "n_embd hidden_size d_model", "n_head": "n_heads num_heads num_attention_heads",
-        "n_layer": "n_layers num_layers num_hidden_layers", "max_iters": "max_steps",
-        "dropout": "attn_pdrop resid_pdrop embd_pdrop hidden_dropout_prob",
-        "learning_rate": "lr", "min_lr": "min_learning_rate", "warmup_iters": "warmup_steps",
-        "lr_decay_iters": "lr_decay_steps", "grad_clip": "max_grad_norm", "beta1": "adam_beta1",
-        "beta2": "adam_beta2", "eval_interval": "eval_steps", "log_interval": "logging_steps",
-        "out_dir": "output_dir", "batch_size": "per_device_train_batch_size micro_batch_size"}
-    here = [name for name, names in aliases.items() if key in names.split()]
-    if here and here[0] in known:
+    """'did you mean ...?' for an unknown key: its name here for a nanoGPT or Hugging Face name or
+    one written with '-' for '_', else the closest known key."""
+    here = [name for name, names in ALIASES.items() if key in names.split() and name in known]
+    if here:
         return f"did you mean '{here[0]}'? ({key} is called {here[0]} here)"
     close = [key.replace("-", "_")] if key.replace("-", "_") in known else \
         difflib.get_close_matches(key, known, n=1, cutoff=0.5)
@@ -200,31 +191,23 @@ def suggestion(key, known, command="python train.py"):
 
 
 def unknown_argument(arg, known, command="python train.py"):
-    """The one line for a command-line argument that is no known --key: the same in every script."""
+    """The one line for an argument that is no known --key: the same in every script."""
     key = arg[2:].partition("=")[0] if arg.startswith("--") else ""
     if not key:  # '--' alone, '-key', a stray word
         return f"'{arg}' is not a setting; write --key=value or --key value (see {command} --help)"
     return f"unknown config key '{key}' in the command line; {suggestion(key, known, command)}"
 
-# -----------------------------------------------------------------------------
-# the other scripts' flags: argparse, read as train.py reads its own
-
 
 def argument_parser(doc, command):
-    """The parser of a script other than train.py: `command --help` prints doc and the flags with
-    their defaults; --key=value or --key value, no abbreviated names, and bad input in one line
-    `error: ...` (an unknown key: its did-you-mean) naming `command --help`."""
-    class HelpFormatter(argparse.RawDescriptionHelpFormatter):  # the docstring as written
-        def _get_help_string(self, action):
-            shown = "default" in (action.help or "") or action.default in (None, argparse.SUPPRESS)
-            if shown or not action.option_strings:
-                return action.help
-            return f"{action.help} (default: %(default)s)"
+    """argparse for a script other than train.py: --help prints doc and each flag's default; no
+    abbreviated names; bad input is one line `error: ...` (an unknown key: train.py's line)."""
+    class Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+        pass  # the docstring as written, and each default
 
     class ArgumentParser(argparse.ArgumentParser):
         def parse_args(self, args=None, namespace=None):
             namespace, extra = super().parse_known_args(args, namespace)
-            if extra:  # train.py's line: its name and the closest known one
+            if extra:
                 known = [o[2:] for a in self._actions for o in a.option_strings
                          if o.startswith("--") and a.help != argparse.SUPPRESS]
                 self.error(unknown_argument(extra[0], known, command))
@@ -232,7 +215,7 @@ def argument_parser(doc, command):
 
         def error(self, message):
             fail(message if f"{command} --help" in message else f"{message} (see {command} --help)")
-    return ArgumentParser(prog=command, description=doc, formatter_class=HelpFormatter,
+    return ArgumentParser(prog=command, description=doc, formatter_class=Formatter,
                           allow_abbrev=False)
 
 

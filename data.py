@@ -37,15 +37,12 @@ def load_task(name, settings=()):
         if isinstance(e, KeyboardInterrupt):
             raise
         fail(f"the task module {path} does not import ({type(e).__name__}: {e}); fix it")
-    missing = [key for key in INTERFACE if not hasattr(task, key)]
-    if missing:
-        fail(f"the task module {path} lacks {', '.join(missing)}; a task gives "
-             f"{', '.join(INTERFACE)} (see tasks/reversal.py)")
-    wrong = [key for key, kind in INTERFACE.items() if not (
+    wrong = [key for key, kind in INTERFACE.items() if not hasattr(task, key) or not (
         callable(getattr(task, key)) if kind is callable else type(getattr(task, key)) is kind)]
     if wrong:
-        fail(f"the task module {path} has {', '.join(wrong)} of another kind than a task's "
-             f"(DEFAULTS a dict, the sizes integers, the others functions; see tasks/reversal.py)")
+        fail(f"the task module {path} lacks {', '.join(wrong)} of the kind a task gives: DEFAULTS "
+             f"(a dict), VOCAB_SIZE and BLOCK_SIZE (integers), the others functions (see "
+             f"tasks/reversal.py)")
     unknown = [key for key in task.DEFAULTS if settings and key not in settings]
     if unknown:
         fail(f"the task module {path} sets {', '.join(unknown)} in DEFAULTS, which is no setting "
@@ -78,10 +75,8 @@ def prepare_command(dataset, offline=False):
 def prepare_hint(dataset, tokenizer, compact=False, offline=False):
     """prepare_command in backquotes, with the tokenizer (and --compact_vocab) the name lacks."""
     command = prepare_command(dataset, offline)
-    if "--tokenizer" not in command and tokenizer != "gpt2":
-        command += f" --tokenizer={tokenizer}"
-    if compact and "--compact_vocab" not in command:
-        command += " --compact_vocab"
+    command += f" --tokenizer={tokenizer}" * ("--tokenizer" not in command and tokenizer != "gpt2")
+    command += " --compact_vocab" * (compact and "--compact_vocab" not in command)
     return f"`{command}`"
 
 
@@ -94,18 +89,18 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
     tokenizer = (trained or {}).get("tokenizer")
     if tokenizer not in ("gpt2", "byte"):
         tokenizer = "byte" if vocab_size is not None and vocab_size <= 256 else "gpt2"
-    names = ("train.bin", "val.bin", "meta.json")
-    if not all(os.path.exists(os.path.join(data_dir, name)) for name in names):
+    if not all(os.path.exists(os.path.join(data_dir, name))
+               for name in ("train.bin", "val.bin", "meta.json")):
         online = prepare_hint(dataset, tokenizer)
-        where = f" (it downloads; offline, from your copy of the files: " \
-                f"{prepare_hint(dataset, tokenizer, offline=True)})" * ("--wikitext" in online)
+        offline = prepare_hint(dataset, tokenizer, offline=True)
+        where = f" (it downloads; offline, from your copy of the files: {offline})"
         held = sorted(os.path.basename(os.path.dirname(path))
                       for path in glob.glob(os.path.join("data", "*", "meta.json")))
         tasks = sorted(f"--dataset={os.path.basename(path)[:-3]}"
                        for path in glob.glob(os.path.join(TASKS, "[a-z]*.py")))
         fail(f"dataset '{dataset}' not found in {data_dir}/ (data/ holds "
-             f"{', '.join(held) or 'no dataset'}): run {online}{where}, or try a task that needs "
-             f"no data: {' or '.join(tasks)}")
+             f"{', '.join(held) or 'no dataset'}): run {online}{where * ('--wikitext' in online)}"
+             f", or try a task that needs no data: {' or '.join(tasks)}")
     try:
         with open(os.path.join(data_dir, "meta.json"), encoding="utf-8") as f:
             meta = json.load(f)
@@ -127,18 +122,14 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
                f"tokenizer (gpt2 or byte)")
     for split in ("train", "val"):
         path = os.path.join(data_dir, f"{split}.bin")
-        n_bytes = os.path.getsize(path)
-        expected = meta.get(f"{split}_tokens")
-        if n_bytes % 2:
-            refuse(f"{path} has an odd number of bytes ({n_bytes:,}), not 2 per token: it was cut "
-                   f"short")
-        if f"{split}_tokens" in meta and (type(expected) is not int or n_bytes != 2 * expected):
-            refuse(f"{path} has {n_bytes // 2:,} tokens, but meta.json says {split}_tokens="
-                   f"{expected!r}: a file cut short, or files of different preparations")
-        if n_bytes == 0 and split == "val":
+        n_tokens = meta.get(f"{split}_tokens")
+        if type(n_tokens) is not int or os.path.getsize(path) != 2 * n_tokens:  # 2 bytes a token
+            refuse(f"{path} has {os.path.getsize(path) // 2:,} tokens, but meta.json says "
+                   f"{split}_tokens={n_tokens!r}: a file cut short, or of another preparation")
+        if n_tokens == 0 and split == "val":
             refuse(f"{path} is empty (prepared with --val_fraction 0)", " with --val_fraction 0.05")
-        if n_bytes // 2 <= block:
-            fail(f"{path} has {n_bytes // 2} tokens, too few for context_size={block}; prepare "
+        if n_tokens <= block:
+            fail(f"{path} has {n_tokens} tokens, too few for context_size={block}; prepare "
                  f"more text or lower --context_size")
         tokens = np.memmap(path, dtype=np.uint16, mode="r")
         if int(tokens.max()) >= vocab:
@@ -153,16 +144,13 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
     keys = ["tokenizer", "vocab_size", "compact_vocab", "train_token_sum", "val_token_sum",
             "train_sha256", "val_sha256"]
     changed = [key for key in keys if trained and key in trained and trained[key] != meta.get(key)]
-    if changed and "tokenizer" in changed:
-        fail(f"{data_dir}/meta.json says the {meta['tokenizer']} tokenizer, but the model was "
-             f"trained on {trained['tokenizer']} tokens: {data_dir} was prepared again with "
-             f"another tokenizer; prepare it as it was for training, or give --input text")
     if changed:
         what = "its tokens" if set(changed) & {"tokenizer", "vocab_size", "compact_vocab"} else \
             "its text"
         command = prepare_hint(dataset, trained["tokenizer"], "compact_vocab" in trained)
         fail(f"{data_dir} was prepared again since this model was trained on it ({what} differ: "
-             f"{', '.join(changed)}); prepare it as it was for training: {command}")
+             f"{', '.join(changed)}); prepare it as it was for training: {command}, or give "
+             f"--input text")
     if vocab_size is not None and vocab_size < vocab:
         fail(f"vocab_size={vocab_size} is smaller than the dataset's {vocab} tokens; leave "
              f"vocab_size unset, or prepare {data_dir} again: "

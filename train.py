@@ -170,9 +170,11 @@ checkpoint = None  # free the memory
 # the loss without the (B, T, vocab) logits where they would be large (model.logits_needed)
 return_logits = logits_needed(config, device_type, batch_size * block)
 model = raw_model
-if compile:  # as CUDA graphs on one GPU without accumulation (compile_model says why)
-    model = hardware.compile_model(raw_model, gradient_accumulation_steps, batches.train(0, 0),
-                                   autocast, return_logits, master)
+if compile:  # a failure: one line naming --compile=False (process.machine_error)
+    # on one GPU without accumulation, as CUDA graphs; not elsewhere: a replay writes its gradients
+    # into the last one's buffers, which .grad may still hold (PyTorch issue 96693)
+    one_gpu_step = device_type == "cuda" and world_size == gradient_accumulation_steps == 1
+    model = torch.compile(raw_model, mode="reduce-overhead" if one_gpu_step else None)
 eval_model = model
 model = distributed.wrap(model, device_type)
 # the learning rate of each step: get_lr in model.py, beside the optimizer's settings

@@ -1,7 +1,5 @@
-"""
-A run's folder: ckpt.pt is the run's record (weights, optimizer, settings, what it trained on, and
-its log), checked once as it is read; log.jsonl is written from the log the checkpoint carries.
-"""
+"""A run's folder: ckpt.pt is the run's record (weights, optimizer, settings, what it trained on,
+its log), checked once as it is read; log.jsonl is written from the log the checkpoint carries."""
 import io
 import json
 import math
@@ -16,10 +14,10 @@ from machinery import distributed
 from machinery.files import claim_folder, hold_folder, temporary_path, write_atomic
 from machinery.process import MASTER, fail
 
-# what a checkpoint holds, and of what kind: checked as it is read (optimizer, scaler, rng: a resume
-# goes on without them, saying so)
+# what a checkpoint holds, and of what kind: checked as it is read
 NEEDED = {"model": dict, "model_config": dict, "train_config": dict, "dataset_meta": dict,
-          "iter_num": int, "best_val_loss": float, "tokens": int, "log": list}
+          "optimizer": dict, "scaler": dict, "rng": dict, "iter_num": int, "best_val_loss": float,
+          "tokens": int, "log": list}
 
 
 def read_checkpoint(ckpt_path, device, fix):
@@ -39,8 +37,10 @@ def read_checkpoint(ckpt_path, device, fix):
         checkpoint = torch.load(ckpt_path, map_location=device, weights_only=True)  # no code run
     except Exception as e:
         fail(f"checkpoint {ckpt_path} is unreadable ({type(e).__name__}); {fix}")
-    wrong = [key for key, kind in NEEDED.items() if not isinstance(checkpoint, dict)
-             or not isinstance(checkpoint.get(key), kind) or type(checkpoint[key]) is bool]
+    if not isinstance(checkpoint, dict):
+        checkpoint = {}
+    wrong = [key for key, kind in NEEDED.items()
+             if not isinstance(checkpoint.get(key), kind) or type(checkpoint[key]) is bool]
     if not wrong and not all(type(r) is dict and type(r.get("iter")) is int
                              for r in checkpoint["log"]):
         wrong = ["log"]
@@ -72,8 +72,8 @@ def resume(out_dir, asked, user_set, command):
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
     if MASTER and os.path.isfile(ckpt_path):  # a second process would repeat its steps
         hold_folder(out_dir, "--out_dir", command)
-    checkpoint = read_checkpoint(ckpt_path, "cpu", "restore a good copy or train from scratch in "
-                                                   "a new --out_dir")
+    fix = "restore a good copy or train from scratch in a new --out_dir"
+    checkpoint = read_checkpoint(ckpt_path, "cpu", fix)
     saved = checkpoint["train_config"]
     # the seed draws the batches and the evaluation batches: a new one breaks the curves
     for key in ("dataset", "seed"):
@@ -134,15 +134,15 @@ def check_resume(checkpoint, config, settings):
                   f"with a larger --max_iters, e.g. --max_iters={2 * iter_num or 100}")
         sys.exit(0)
     saved = checkpoint["train_config"]
-    # what decides a step's sequences: the sequences per step (micro-batches may change)
-    step = {k: settings[k] for k in ("batch_size", "gradient_accumulation_steps")}
     notes = {("device", "dtype", "compile"): "the losses will differ a little from an unbroken "
                                              "run's",
              ("batch_size", "eval_iters"): "its evaluations are of other sequences from here on "
                                            "(an evaluation batch is batch_size sequences)"}
-    if math.prod(step.values()) != math.prod(saved.get(k, v) for k, v in step.items()):
-        notes[tuple(step)] = ("its steps are of other sequences from here on (a step is "
-                              "batch_size x gradient_accumulation_steps sequences)")
+    # what decides a step's sequences: their number, not the micro-batches they are split into
+    step = ("batch_size", "gradient_accumulation_steps")
+    if math.prod(settings[k] for k in step) != math.prod(saved.get(k, settings[k]) for k in step):
+        notes[step] = ("its steps are of other sequences from here on (a step is batch_size x "
+                       "gradient_accumulation_steps sequences)")
     for keys, what in notes.items():
         changed = [k for k in keys if k in saved and settings[k] != saved[k]]
         if changed and MASTER:
@@ -171,36 +171,22 @@ def write_log(out_dir, checkpoint):
 
 
 def restore(checkpoint, model, optimizer, scaler):
-    """Load the weights, the optimizer's moments, the float16 scale and the random state; without
-    the optimizer's state or the random state a resume goes on, saying so. Returns (iter_num,
-    best_val_loss, tokens seen, grad_norm, the records logged); one line where they do not fit."""
+    """Load the weights, the optimizer's moments, the float16 scale and the random state, or one
+    line. Returns (iter_num, best_val_loss, tokens seen, grad_norm, the records logged)."""
+    rng = checkpoint["rng"]
+    device_type = next(model.parameters()).device.type
     try:  # weights of another shape, an optimizer of another model, a random state not a tensor
-        return restore_state(checkpoint, model, optimizer, scaler)
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        if scaler.is_enabled() and checkpoint["scaler"]:  # a resumed float16 run stays exact
+            scaler.load_state_dict(checkpoint["scaler"])
+        torch.set_rng_state(rng["cpu"].cpu())
+        if device_type != "cpu" and rng.get(device_type) is not None:  # as this run would draw
+            getattr(torch, device_type).set_rng_state(rng[device_type].cpu())
     except (RuntimeError, ValueError, TypeError, AttributeError, KeyError) as e:
         detail = (str(e).strip() or "?").splitlines()[0][:200]
         fail(f"the checkpoint's weights or state do not fit this run ({type(e).__name__}: "
              f"{detail}); restore a good copy or train from scratch in a new --out_dir")
-
-
-def restore_state(checkpoint, model, optimizer, scaler):  # restore's work, without its one line
-    model.load_state_dict(checkpoint["model"])
-    lost = [what for key, what in (("optimizer", "the optimizer's moments (AdamW starts them "
-                                                 "again)"),
-                                   ("rng", "the random state (dropout draws from the seed)"))
-            if not checkpoint.get(key)]
-    if checkpoint.get("optimizer"):
-        optimizer.load_state_dict(checkpoint["optimizer"])
-    if scaler.is_enabled() and checkpoint.get("scaler"):  # a resumed float16 run stays exact
-        scaler.load_state_dict(checkpoint["scaler"])
-    rng = checkpoint.get("rng") or {}
-    if rng.get("cpu") is not None:
-        torch.set_rng_state(rng["cpu"].cpu())
-    device_type = next(model.parameters()).device.type
-    if device_type in ("cuda", "mps") and rng.get(device_type) is not None:
-        getattr(torch, device_type).set_rng_state(rng[device_type].cpu())
-    if lost and MASTER:
-        print(f"note: the checkpoint has no {' and no '.join(lost)}: the losses will differ a "
-              f"little from an unbroken run's", flush=True)
     grad_norm = checkpoint.get("grad_norm")  # of the step before it, for the next evaluation
     return (checkpoint["iter_num"], checkpoint["best_val_loss"], checkpoint["tokens"],
             None if grad_norm is None else torch.tensor(grad_norm), checkpoint["log"])
@@ -213,15 +199,14 @@ def save(out_dir, record, checkpoint, kept):
     with distributed.stop_together():
         if record is not None:
             losses = {k: v for k, v in record.items() if k.endswith("loss") and v is not None}
-            if not all(map(math.isfinite, losses.values())):
-                stop_non_finite(losses, record["iter"], out_dir)
+            stop_non_finite(losses, record["iter"], out_dir)
             try:  # a line cut short by a full disk: the next resume sets that log aside
                 with open(os.path.join(out_dir, "log.jsonl"), "a") as f:
                     f.write(json.dumps(record) + "\n")
             except OSError as e:
                 fail(f"could not write {os.path.join(out_dir, 'log.jsonl')} ({e.strerror}); {kept}")
         if checkpoint is not None:
-            checkpoint["rng"] = {"cpu": torch.get_rng_state(), "cuda": None, "mps": None}
+            checkpoint["rng"] = {"cpu": torch.get_rng_state()}
             device_type = next(iter(checkpoint["model"].values())).device.type
             if device_type in ("cuda", "mps"):  # a resume draws as this run would
                 checkpoint["rng"][device_type] = getattr(torch, device_type).get_rng_state()
@@ -235,30 +220,30 @@ def check_finite(loss, iter_num, out_dir):
     """Stop every process, rank 0 with one line, where the loss of any is not finite."""
     loss = distributed.all_sum(loss)
     with distributed.stop_together():
-        if MASTER and not math.isfinite(loss):
+        if MASTER:
             stop_non_finite({"loss": loss}, iter_num, out_dir)
 
 
-def stop_non_finite(losses, iter_num, out_dir):
+def stop_non_finite(losses, iter_num, out_dir):  # one line where a loss is not finite
     what = ", ".join(f"{k}={v}" for k, v in losses.items() if not math.isfinite(v))
-    fail(f"non-finite {what} at iteration {iter_num}: stopped; the last good checkpoint "
-         f"{os.path.join(out_dir, 'ckpt.pt')} is kept. Lower --learning_rate or raise "
-         f"--warmup_iters")
+    if what:
+        fail(f"non-finite {what} at iteration {iter_num}: stopped; the last good checkpoint "
+             f"{os.path.join(out_dir, 'ckpt.pt')} is kept. Lower --learning_rate or raise "
+             f"--warmup_iters")
 
 
 def start_wandb(settings, checkpoint):
-    """Weights & Biases, an optional package imported only when asked for: start (or, with the run
-    id a checkpoint saved, go on in) its run."""
+    """Start (or, with the run id a checkpoint saved, go on in) a Weights & Biases run; wandb is
+    an optional package, imported only when asked for."""
     try:
         import wandb
     except ImportError:
         fail("wandb_log=True needs Weights & Biases, which is not installed: pip install wandb, "
              "or train without it: --wandb_log=False")
-    run_id = checkpoint.get("wandb_run_id") if checkpoint else None
     try:
-        run = wandb.init(project=settings["wandb_project"],
-                         name=settings["wandb_run_name"] or settings["out_dir"], id=run_id,
-                         resume="allow")
+        run = wandb.init(project=settings["wandb_project"], resume="allow",
+                         name=settings["wandb_run_name"] or settings["out_dir"],
+                         id=checkpoint and checkpoint.get("wandb_run_id"))
         run.config.update(settings, allow_val_change=True)  # a resume may change some
     except Exception as e:  # no API key, no network
         detail = (str(e).strip() or "?").splitlines()[0]

@@ -23,14 +23,11 @@ def start(device_asked, batch_size, gradient_accumulation_steps):
         return 0, 1, device
     dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
     world_size = dist.get_world_size()
-    if gradient_accumulation_steps % world_size:
-        # the same step of sequences in smaller micro-batches
-        steps = math.lcm(gradient_accumulation_steps, world_size)
-        sequences = batch_size * gradient_accumulation_steps
-        same = (f", e.g. --batch_size={sequences // steps} --gradient_accumulation_steps={steps} "
-                f"(the same {sequences} sequences per step)") * (sequences % steps == 0)
+    if gradient_accumulation_steps % world_size:  # the processes share each step's micro-batches
         fail(f"gradient_accumulation_steps={gradient_accumulation_steps} must be divisible by the "
-             f"{world_size} processes; change one of them{same}")
+             f"{world_size} processes; e.g. --gradient_accumulation_steps="
+             f"{math.lcm(gradient_accumulation_steps, world_size)} (a lower --batch_size keeps "
+             f"the sequences per step)")
     if device.startswith("cuda"):
         flags = dist.new_group(backend="gloo") if dist.is_gloo_available() else None
         device = f"cuda:{os.environ['LOCAL_RANK']}"

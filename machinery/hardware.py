@@ -2,47 +2,36 @@
 import math
 import os
 import re
-import sys
 import time
 
 import torch
 
-from machinery import distributed
-from machinery.process import compile_failure, fail, machine_error
+from machinery.process import fail
 
 
 def pick_device(device, dtype="float32", resumed_from=None):
-    """The device (auto: cuda, mps, cpu) and dtype (auto: bfloat16, float16 on an older GPU, float32
-    off a GPU), and a CPU's threads; one line where not here (resumed_from: the checkpoint's)."""
-    mps = torch.backends.mps.is_available()
-    auto = "cuda" if torch.cuda.is_available() else "mps" if mps else "cpu"
-    picked = auto if device == "auto" else device
-    cuda = re.fullmatch(r"cuda(:\d+)?", picked)
-    gpu_here = cuda and int(picked[5:] or 0) < torch.cuda.device_count()
-    dtypes = ("auto", "float32") if picked == "mps" else ("auto", "float32", "bfloat16", "float16")
-    where = ""  # a resume names the checkpoint that ran with them
-    if resumed_from:
-        where = f"{resumed_from} ran with device={device!r}, dtype={dtype!r}; here "
+    """The device (auto: cuda, mps, cpu) and dtype (auto: bfloat16, float16 on a GPU older than an
+    A100, float32 off a GPU), or one line; resumed_from: the checkpoint that ran with them."""
     if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device):
         fail(f"device={device!r} is not allowed; use --device=cpu, cuda, cuda:N, mps or auto")
-    if cuda and not torch.cuda.is_available():
-        fail(f"{where}device={device!r} but CUDA is not available here; use --device=auto or "
-             f"--device=cpu")
-    if cuda and not gpu_here:
-        fail(f"{where}device={device!r} but there are only {torch.cuda.device_count()} CUDA "
-             f"devices; use --device=cuda:0")
-    if picked == "mps" and not mps:
-        fail(f"{where}device='mps' but MPS (the GPU of Apple silicon) is not available here; use "
-             f"--device=auto or --device=cpu")
     if dtype not in ("auto", "float32", "bfloat16", "float16"):
         fail(f"dtype={dtype!r} is not allowed; use --dtype=auto, float32, bfloat16 or float16")
-    if dtype not in dtypes:
-        fail(f"{where}dtype={dtype!r} on mps is not supported here; use --dtype=float32 or "
-             f"--dtype=auto")
+    mps = torch.backends.mps.is_available()
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    picked = device if device != "auto" else "cuda" if gpus else "mps" if mps else "cpu"
+    where = f"{resumed_from} ran with device={device!r}, dtype={dtype!r}; here " if resumed_from \
+        else ""
+    if picked.startswith("cuda") and int(picked[5:] or 0) >= gpus:
+        fail(f"{where}device={device!r} but " + (f"there are only {gpus} CUDA devices; use "
+             f"--device=cuda:0" if gpus else "CUDA is not available; use --device=auto or cpu"))
+    if picked == "mps" and not mps:
+        fail(f"{where}device='mps' but MPS (the GPU of Apple silicon) is not available; use "
+             f"--device=auto or --device=cpu")
+    if picked == "mps" and dtype not in ("auto", "float32"):
+        fail(f"{where}dtype={dtype!r} on mps is not supported; use --dtype=float32 or auto")
     if dtype == "auto":  # not torch.cuda.is_bf16_supported(): it counts a T4's slow emulated bf16
-        dtype = "float32"
-        if cuda:
-            dtype = "bfloat16" if torch.cuda.get_device_capability(picked)[0] >= 8 else "float16"
+        bf16 = picked.startswith("cuda") and torch.cuda.get_device_capability(picked)[0] >= 8
+        dtype = "bfloat16" if bf16 else "float16" if picked.startswith("cuda") else "float32"
     if picked == "cpu" and dtype != "float32":
         print(f"note: {dtype} autocast on the CPU is slow; it is here to test the code path a GPU "
               f"takes", flush=True)
@@ -51,46 +40,10 @@ def pick_device(device, dtype="float32", resumed_from=None):
         load = os.getloadavg()[0]
         threads = max(1, min(torch.get_num_threads(), round(os.cpu_count() - load)))
         if threads < torch.get_num_threads():  # the losses are the same
-            print(f"note: {threads} thread{'s' * (threads > 1)}, not {torch.get_num_threads()}: "
-                  f"the CPU is busy (load {load:.1f} on {os.cpu_count()} cores); "
-                  f"OMP_NUM_THREADS=N chooses", flush=True)
+            print(f"note: {threads} thread(s), not {torch.get_num_threads()}: the CPU is busy "
+                  f"(load {load:.1f} on {os.cpu_count()} cores); OMP_NUM_THREADS=N chooses")
             torch.set_num_threads(threads)
     return picked, dtype
-
-
-def compile_model(raw_model, gradient_accumulation_steps, batch, autocast, return_logits, master):
-    """torch.compile(raw_model), tried on one training step (twice: CUDA graphs record on the
-    second) and one evaluation pass of batch before the run trusts it; raw_model itself, with one
-    line, where this torch release cannot compile it (in any process: all go on uncompiled). On one
-    GPU without gradient accumulation, mode "reduce-overhead": each step replayed as CUDA graphs,
-    one launch instead of hundreds; not elsewhere, since a replay writes its gradients into the
-    buffers of the last one, which .grad may still hold, so a sum over micro-steps can lose terms
-    silently (PyTorch issue 96693) or stop with an error (169545)."""
-    x, y = batch
-    one_gpu_step = x.is_cuda and not distributed.ddp and gradient_accumulation_steps == 1
-    model = torch.compile(raw_model, mode="reduce-overhead" if one_gpu_step else None)
-    error = None
-    try:  # without DDP's wrapper (no gradient exchange): DDP compiles its own graphs
-        for _ in range(2):
-            with autocast:
-                loss = model(x, y, return_logits=return_logits)[1]
-            loss.backward()
-        with torch.no_grad(), autocast:
-            model.eval()(x, y, return_logits=return_logits)
-    except Exception as e:  # a compiler's error can be of any class
-        if (machine_error(e, "") or "").startswith("out of memory"):
-            raise
-        error = e
-    model.train()
-    raw_model.zero_grad(set_to_none=True)
-    if not distributed.all_sum(error is not None):
-        return model
-    if master:
-        print("warning: " + (compile_failure(error, "training without it (--compile=False skips "
-                                                    "the attempt)") if error else
-                             "torch.compile failed in another process; training without it"),
-              file=sys.stderr, flush=True)
-    return raw_model
 
 
 def sync(device):
@@ -119,6 +72,12 @@ def duration(seconds):
     return f"{seconds / size:.{int(size > 60)}f} {unit}"
 
 
+def percent(fraction):
+    """At least two significant digits: 45%, 5.2%, 0.031% (a tiny model on a GPU is not 0.0%)."""
+    p = 100 * fraction
+    return f"{p:.{max(0, 1 - math.floor(math.log10(p)))}f}%" if p > 0 else "0%"
+
+
 class Meter:
     """A run's clock: ms per step, tokens/s, ETA, and MFU (model FLOPs utilization: the model's
     FLOP/s over those of a large matmul timed here; float32 on a CPU, having no datasheet peak)."""
@@ -129,9 +88,8 @@ class Meter:
         self.max_iters = max_iters
         self.eval_interval = eval_interval
         self.device = device
-        self.peak_flops = matmul_peak(device, torch.float32 if device == "cpu" else dtype,
-                                      1024 if device == "cpu" else 4096, 10)
-        self.timed_again = device != "cpu"  # a GPU's peak is not disturbed by other programs
+        cpu = device == "cpu"
+        self.peak_flops = matmul_peak(device, torch.float32 if cpu else dtype, 4096 >> 2 * cpu, 10)
         self.eval_start = None
         self.step_estimate = 0.0  # estimate() times it, on rank 0; a stop on another asks for it
 
@@ -147,7 +105,7 @@ class Meter:
                 sync(self.device)
         forward = time.perf_counter() - t0
         model.train()
-        if eval_iters == 0:  # every val token once: the windows of evaluate.split_losses
+        if eval_iters == 0:  # every val token once: the windows of data.split_losses
             windows = (os.path.getsize(os.path.join(source, "val.bin")) // 2 - 1) / batches.block
             eval_iters = math.ceil(math.ceil(windows) / batches.batch_size)
         self.step_estimate = 3 * micro_steps * forward
@@ -182,11 +140,7 @@ class Meter:
         if iter_num > self.start_iter:
             return self.tokens_per_iter / self.step_seconds(iter_num)
 
-    def mfu(self, tokens_per_sec):  # above 100% (a CPU busy while its peak was timed): timed again
-        if self.flops_per_token * tokens_per_sec > self.peak_flops and not self.timed_again:
-            self.timed_again = True
-            again = matmul_peak(self.device, torch.float32, 1024, 10)
-            self.peak_flops = max(self.peak_flops, again)
+    def mfu(self, tokens_per_sec):
         return self.flops_per_token * tokens_per_sec / self.peak_flops
 
     def progress(self, iter_num, due):  # a progress line's speed, when due or after a minute
@@ -199,9 +153,3 @@ class Meter:
         busy = " (above 100%: the CPU was busy while its peak was timed)" if mfu > 1 else ""
         return (f"{step_seconds * 1000:.0f} ms/iter, {tokens_per_sec:,.0f} tokens/s, mfu "
                 f"{percent(mfu)}{busy}, ETA {duration(self.eta(iter_num, step_seconds))}")
-
-
-def percent(fraction):
-    """At least two significant digits: 45%, 5.2%, 0.031% (a tiny model on a GPU is not 0.0%)."""
-    p = 100 * fraction
-    return f"{p:.{max(0, 1 - math.floor(math.log10(p)))}f}%" if p > 0 else "0%"

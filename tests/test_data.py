@@ -209,7 +209,7 @@ def write_meta(folder, **changes):
     (break_val_ids, ["val.bin", "token id 300", "vocab_size is 256", "--tokenizer=byte"]),
     (cut_train_in_half, ["train.bin", "train_tokens", "--tokenizer=byte"]),
     (lambda d: (d / "train.bin").write_bytes((d / "train.bin").read_bytes()[:-1]),
-     ["train.bin", "odd number of bytes"]),
+     ["train.bin", "train_tokens=", "cut short"]),
     (lambda d: (d / "meta.json").write_text('{"vocab_size": 256,'), ["meta.json"]),
     (lambda d: (d / "meta.json").write_text("[256]"), ["meta.json"]),
     (lambda d: write_meta(d, vocab_size=None), ["meta.json", "vocab_size"]),

@@ -179,19 +179,17 @@ def test_progress_comes_early_with_an_eta_and_a_cpu_warning_for_a_long_run(workd
     assert "warning: this run would take about" in before_eval and "config/cpu_baseline.py" in before_eval
 
 
-@pytest.mark.parametrize("peaks, busy", [([1e3], True), ([1e3, 1e15], False)], ids=["still_busy", "timed_again"])
-def test_mfu_above_100_percent_times_the_peak_again_and_says_so_if_it_stays_above(workdir, tmp_path, peaks, busy):
-    """A CPU busy while its matmul peak was timed gives too low a peak (MFU was printed as 131-155%): it is timed again,
-    once, and a figure still above 100% says why. Here the timings are given: 1 GFLOP/s at first, then 1 PFLOP/s."""
+def test_mfu_above_100_percent_says_why(workdir, tmp_path):
+    """A CPU busy while its matmul peak was timed gives too low a peak (MFU was printed as 131-155%): the line says
+    why. Here the timing is given: 1 GFLOP/s."""
     argv = ["train.py", *TINY, "--max_iters=2", f"--out_dir={tmp_path / 'out'}"]
-    code = (f"import machinery.hardware, runpy, sys\npeaks = {peaks!r}\n"
-            f"machinery.hardware.matmul_peak = lambda *args, **kwargs: peaks.pop(0) if len(peaks) > 1 else peaks[0]\n"
+    code = (f"import machinery.hardware, runpy, sys\n"
+            f"machinery.hardware.matmul_peak = lambda *args, **kwargs: 1e3\n"
             f"sys.argv = {argv!r}\nrunpy.run_path({os.path.join(ROOT, 'train.py')!r}, run_name='__main__')")
     result = subprocess.run([sys.executable, "-c", code], cwd=workdir, env=ENV, capture_output=True, text=True)
     mfus = [float(m) for m in re.findall(r"mfu ([\d.]+)%", result.stdout)]
-    assert result.returncode == 0 and len(mfus) == 2, result.stdout + result.stderr
-    assert all(m > 100 for m in mfus) if busy else all(m < 100 for m in mfus)
-    assert result.stdout.count("above 100%: the CPU was busy while its peak was timed") == 2 * busy
+    assert result.returncode == 0 and len(mfus) == 2 and all(m > 100 for m in mfus), result.stdout + result.stderr
+    assert result.stdout.count("above 100%: the CPU was busy while its peak was timed") == 2
 
 # -----------------------------------------------------------------------------
 # precision: the code paths of a GPU (bfloat16 and float16 autocast, the gradient scaler), run on the CPU
@@ -911,19 +909,17 @@ def test_a_resume_sets_aside_a_log_with_records_its_checkpoint_does_not_carry_wh
     assert [r["iter"] for r in log(tmp_path, "out")] == [0, 2, 4, 6, 8]
 
 
-@pytest.mark.parametrize("missing", [["optimizer"], ["rng"], ["optimizer", "rng"]], ids="+".join)
-def test_a_checkpoint_without_the_optimizer_or_random_state_resumes_saying_what_it_could_not_restore(workdir, tmp_path,
-                                                                                                    missing):
+@pytest.mark.parametrize("missing", [["optimizer"], ["rng"], ["optimizer", "scaler"]], ids="+".join)
+def test_a_checkpoint_without_the_optimizer_or_random_state_is_refused_naming_what_it_lacks(workdir, tmp_path,
+                                                                                           missing):
+    """Every checkpoint train.py writes has them; one without is not train.py's, or an older version's."""
     out = copy_run(workdir, tmp_path)
     checkpoint = torch.load(out / "ckpt.pt", weights_only=True)
     for key in missing:
         del checkpoint[key]
     torch.save(checkpoint, out / "ckpt.pt")
-    result = train(tmp_path, "out", "--init_from=resume", "--max_iters=8")
-    [note] = [line for line in result.stdout.splitlines() if line.startswith("note: the checkpoint has no")]
-    assert ("optimizer's moments" in note) == ("optimizer" in missing)
-    assert ("random state" in note) == ("rng" in missing)
-    assert [r["iter"] for r in log(tmp_path, "out")] == [0, 2, 4, 6, 8]
+    result = train(tmp_path, "out", "--init_from=resume", "--max_iters=8", check=False)
+    assert_one_line_error(result, f"has no {', '.join(missing)} of the kind this code reads")
 
 
 def test_a_resume_that_changes_the_steps_sequences_says_so_and_one_that_only_splits_them_otherwise_does_not(workdir,
