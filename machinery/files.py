@@ -1,5 +1,5 @@
-"""Files written whole, and folders held by one process: no half-written file is ever read, and no
-two processes write in one folder."""
+"""Files written whole, and folders held by one process: no half-written file is ever read, and
+no two processes write in one folder."""
 import atexit
 import errno
 import os
@@ -13,7 +13,7 @@ from pathlib import Path, PurePath
 
 from machinery.process import fail
 
-with warnings.catch_warnings():  # without fcntl it warns "only soft file lock": a lock all the same
+with warnings.catch_warnings():  # without fcntl: "only soft file lock", a lock all the same
     warnings.simplefilter("ignore")
     import filelock  # locks a folder on POSIX and Windows (torch installs it)
 _held = {}  # the folders this process holds (real paths) and their locks
@@ -37,8 +37,8 @@ def write_error(path, error, size=None):
 
 
 def write_atomic(path, data, kept=""):
-    """Write data (bytes, or a function of a file) whole, replacing path in one rename, or stop in
-    one line (kept: what is kept, and how to go on); a stop in the middle leaves path as it was."""
+    """Write data (bytes, or a function of a file) whole, replacing path in one rename, or stop
+    in one line (kept: what is kept, and how to go on); a stop leaves path as it was."""
     try:
         with open(temporary_path(path), "wb") as f:
             data(f) if callable(data) else f.write(data)
@@ -65,8 +65,7 @@ def make_folder(folder, what="--out_dir"):
         os.makedirs(folder, exist_ok=True)
         tempfile.TemporaryFile(dir=folder).close()  # a file can be written there
     except UnicodeEncodeError:
-        fail(f"{what}={folder!r} is not a UTF-8 name; choose a name of UTF-8 text, e.g. letters, "
-             f"digits, '_' and '-'")
+        fail(f"{what}={folder!r} is not a UTF-8 name; choose one of letters, digits, '_' and '-'")
     except OSError as e:
         broken = [p for p in folder_chain(folder) if os.path.islink(p) and not os.path.exists(p)]
         if broken:
@@ -81,10 +80,10 @@ def make_folder(folder, what="--out_dir"):
 
 def hold_folder(folder, what, command, shared=False):
     """Hold folder till this process ends, alone or (shared) beside other readers, or stop in one
-    line: held by another process (named by the note it left beside its lock), or not lockable."""
+    line: held by another process (named by the note beside its lock), or not lockable."""
     if os.path.realpath(folder) in _held:
         return
-    # the writer's lock is .held; each reader's .held.<pid>; beside each, .lock(.<pid>) says whose
+    # the writer's lock is .held; each reader's .held.<pid>; beside each, .lock(.<pid>): whose
     mine = os.path.join(folder, f".held.{os.getpid()}" if shared else ".held")
     others = [os.path.join(folder, ".held")] if shared else sorted(
         str(path) for path in Path(folder).glob(".held.*"))
@@ -104,7 +103,7 @@ def hold_folder(folder, what, command, shared=False):
     except OSError as e:
         let_go(lock)
         fail(f"{folder} cannot be locked ({e.strerror or type(e).__name__}: {e.filename}), so "
-             f"nothing would keep a second process out of it; remove what is in the way, or use "
+             f"nothing would keep a second process out; remove what is in the way, or use "
              f"another {what} on a file system with locks")
     _held[os.path.realpath(folder)] = lock
     atexit.register(let_go, lock)
@@ -146,8 +145,8 @@ def claim_folder(folder, command, what="--out_dir"):
 
 
 def release_folder(folder):
-    """Let go of a folder this process holds alone: for a caller that goes on after its work there
-    (prepare_wikipedia.main called from Python, then a run that trains on it)."""
+    """Let go of a folder this process holds alone, for a caller that goes on after its work
+    there (prepare_wikipedia.main called from Python, then a run on what it prepared)."""
     lock = _held.pop(os.path.realpath(folder), None)
     if lock is not None:
         let_go(lock)

@@ -7,49 +7,40 @@ import re
 import signal
 import sys
 
-# SIGINT, SIGTERM, SIGHUP, less those ignored where the script started (`nohup`): they stay ignored
+# SIGINT, SIGTERM, SIGHUP, less those ignored where the script started (`nohup`): they stay so
 STOPS = [stop for stop in (getattr(signal, name, None) for name in ("SIGINT", "SIGTERM", "SIGHUP"))
          if stop and signal.getsignal(stop) != signal.SIG_IGN]
 MASTER = int(os.environ.get("RANK", 0)) == 0  # rank 0 speaks for a DDP run (torchrun sets RANK)
 
 
 def fail(message):
-    """Stop with `error: message` on stderr and exit status 1; the message names the problem and
-    the fix."""
+    """Stop with `error: message` on stderr and exit status 1; message names the problem and fix."""
     raise SystemExit(f"error: {message}")
 
 
-def compile_failure(error, compile_off="use --compile=False"):
-    """The one line for a torch.compile that failed, whatever the torch release and the error."""
-    # BackendCompilerFailed: the backend's own error is inside it
-    while getattr(error, "inner_exception", None) is not None:
-        error = error.inner_exception
-    detail = (str(error).strip() or type(error).__name__).splitlines()[0][:300]
-    no_compiler = re.search(r"compiler|g\+\+|gcc|\bcc\b|cl\.exe|CalledProcessError", detail, re.I)
-    return (f"torch.compile could not build the model ({type(error).__name__}: {detail}); "
-            f"{compile_off}" + (", or install a C++ compiler" if no_compiler else ""))
-
-
-def machine_error(error, lower, compile_off="use --compile=False"):
+def machine_error(error, lower):
     """The one line for an error of the machine rather than of the input, else None: out of memory
     (naming the settings to lower), a failed torch.compile, a DDP peer that ended."""
+    kinds = type(error).__mro__
+    while getattr(error, "inner_exception", None) is not None:  # a compiler's, inside its own
+        error = error.inner_exception
     detail = str(error).strip() or type(error).__name__
     detail = re.sub(r"\[enforce fail at [^]]*\] (data\. )?", "", detail)
     # e.g. CUDA out of memory. Tried to allocate 2.00 GiB
     detail = ". ".join(detail.splitlines()[0].split(". ")[:2])
-    kinds = type(error).__mro__
     names = [kind.__name__ for kind in kinds]
     if ("MemoryError" in names or "OutOfMemoryError" in names
             or re.search(r"out of memory|DefaultCPUAllocator|can't allocate memory", detail, re.I)):
         return f"out of memory ({detail}); lower {lower}"
-    if "BackendCompilerFailed" in names or any(
-            kind.__module__.startswith(("torch._dynamo", "torch._inductor")) for kind in kinds):
-        return compile_failure(error, compile_off)
+    if any(kind.__module__.startswith(("torch._dynamo", "torch._inductor")) for kind in kinds):
+        no_compiler = re.search(r"compiler|g\+\+|gcc|\bcc\b|cl\.exe|CalledProcessError", detail)
+        return (f"torch.compile could not build the model ({type(error).__name__}: "
+                f"{detail[:300]}); use --compile=False"
+                + ", or install a C++ compiler" * bool(no_compiler))
     # gloo and NCCL fail every exchange with a peer that ended (killed, out of memory elsewhere)
     lost = re.search(r"Connection (reset|closed) by peer|Broken pipe|peer.*(closed|gone)", detail,
                      re.I)
-    if "RANK" in os.environ and (lost or "DistBackendError" in names
-                                 or "DistNetworkError" in names):
+    if "RANK" in os.environ and (lost or {"DistBackendError", "DistNetworkError"} & {*names}):
         detail = re.sub(r"\[[^]]*\.cc:\d+\] ", "", detail).split(". ")[0][:160]
         return f"another process of this run ended ({type(error).__name__}: {detail})"
     return None
@@ -83,16 +74,16 @@ def script_start():
         signal.signal(stop, stop_once)
 
 
-def on_ctrl_c(kept, lower="the sizes asked for", compile_off="use --compile=False"):
+def on_ctrl_c(kept, lower="the sizes asked for"):
     """From here a stop (Ctrl-C, SIGTERM, SIGHUP) ends the script with one line `interrupted: kept`
-    (kept: what is kept and how to go on; a function for a run that saves as it goes) and exit
-    status 130; a machine error (machine_error) with `error: ...; kept` and status 1."""
+    (kept: what is kept and how to go on, or a function that says it) and exit status 130; a
+    machine error (machine_error) with `error: ...; kept` and status 1."""
     script_start()
 
     def hook(kind, value, tb):
         if issubclass(kind, BrokenPipeError):  # no reader: quiet
             return drop_output()
-        line = machine_error(value, lower, compile_off)
+        line = machine_error(value, lower)
         if line is None and not issubclass(kind, KeyboardInterrupt):
             return sys.__excepthook__(kind, value, tb)
         said = kept() if callable(kept) else kept
