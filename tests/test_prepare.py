@@ -4,6 +4,7 @@ test_data.py.)
 
     python -m pytest -q tests/test_prepare.py
 """
+import hashlib
 import json
 import os
 import shutil
@@ -121,7 +122,7 @@ def test_a_value_out_of_its_range_is_one_line_error_before_anything_is_written(t
 def test_without_pyarrow_wikitext103_is_one_line_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow.parquet raises ImportError
     with pytest.raises(SystemExit) as e:
-        pw.wikitext103_articles([], {"train": 1, "val": 1}, 0, 0, None, 0)
+        pw.wikitext103_articles(pw.parse_args([]), None, 0)
     assert "needs pyarrow: pip install pyarrow" in str(e.value.code)
 
 
@@ -199,6 +200,63 @@ def test_failed_requests_are_tried_again_as_retry_after_asks_and_then_stop_in_on
     assert_one_line_error(str(e.value.code), "could not download", "test.txt (too many 503 error responses)")
     assert len(wikitext2_host.ranges) == 3 + 1 + pw.RETRY.total
 
+def test_each_wait_to_try_again_is_said_first_and_a_long_retry_after_is_cut_to_wait_max(wikitext2_host, tmp_path,
+                                                                                         monkeypatch, capsys):
+    """A 503 with Retry-After: 3600 waited an hour (urllib3 honours it) without a line: the wait is WAIT_MAX at most,
+    and a line says why and how long before it."""
+    waits = []
+    monkeypatch.setattr(time, "sleep", waits.append)
+    wikitext2_host.faults += [(503, "3600")]
+    prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2")
+    printed = capsys.readouterr().out
+    assert waits == [pw.WAIT_MAX] and f"  HTTP 503; try 2 of {pw.RETRY.total + 1} in {pw.WAIT_MAX} s\n" in printed
+    assert printed.index("downloading") < printed.index("HTTP 503")
+    assert (tmp_path / "wikitext-2" / "valid.txt").read_bytes() == wikitext(1)
+
+
+def test_a_host_that_never_answers_is_said_at_each_try_and_ends_in_one_line(tmp_path, monkeypatch, capsys):
+    """A host that takes the connection and never answers gave no line for minutes: the download is said first,
+    each read waits TIMEOUT at most, each try again is said, and the last ends in one line."""
+    monkeypatch.setattr(time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(pw, "TIMEOUT", (5, 0.05))
+    with socket.socket() as silent:  # the kernel takes each connection; nobody reads or answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/"
+        with pytest.raises(SystemExit) as e:
+            pw.main(["--wikitext2", "--wikitext2_url", url, "--out_dir", str(tmp_path)])
+    assert_one_line_error(str(e.value.code), f"could not download {url}valid.txt (Read timed out", "Offline, copy")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"downloading {url}valid.txt"
+    assert [line.split("; ")[0] for line in lines[1:]] == ["  Read timed out. (read timeout=0.05)"] * pw.RETRY.total
+
+
+def test_a_full_disk_during_a_download_is_one_line_and_the_download_resumes(wikitext2_host, small_disk, monkeypatch):
+    """A full disk as a download wrote raised OSError [Errno 28] with a traceback: one line now, the part kept, and
+    the next run, with room, goes on from there."""
+    body = wikitext(1) * 40  # more than the room a full tmpfs leaves in a file's last page
+    wikitext2_host.files["valid.txt"] = body
+    monkeypatch.setitem(pw.WIKITEXT2_FILES, "valid", ("valid.txt", "sha256", hashlib.sha256(body).hexdigest()))
+    disk = small_disk("disk", 1024)
+    (disk / "wikitext-2").mkdir()
+    (disk / "wikitext-2" / "valid.txt.part").write_bytes(body[:64])
+    fill(disk)
+    with pytest.raises(SystemExit) as e:
+        prepare_wikitext2(wikitext2_host, disk, "--wikitext2")
+    assert_one_line_error(str(e.value.code), "could not write", "valid.txt.part", "is full", "resumes when run again")
+    (disk / "filler").unlink()
+    prepare_wikitext2(wikitext2_host, disk, "--wikitext2")
+    assert [r is not None for _, r in wikitext2_host.ranges] == [True, True]  # each went on from the part
+    assert (disk / "wikitext-2" / "valid.txt").read_bytes() == body
+
+
+def test_a_file_where_the_download_folder_goes_is_one_line_error(wikitext2_host, tmp_path):
+    (tmp_path / "wikitext-2").write_text("mine")
+    with pytest.raises(SystemExit) as e:
+        prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2")
+    assert_one_line_error(str(e.value.code), f"{tmp_path / 'wikitext-2'} is a file, not a folder")
+    assert (tmp_path / "wikitext-2").read_text() == "mine" and wikitext2_host.ranges == []
+
 # -----------------------------------------------------------------------------
 # WikiText-103 from the hub's Parquet files
 
@@ -265,6 +323,27 @@ def test_a_file_where_a_download_goes_that_is_not_the_pinned_one_is_refused_and_
         prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2")
     assert_one_line_error(str(e.value.code), "is not WikiText-2's valid.txt as published")
     assert (tmp_path / "wikitext-2" / "valid.txt").read_bytes() == wikitext(1).replace(b"\n", b"\r\n")
+
+
+def test_the_fix_offered_for_a_file_that_is_not_the_pinned_one_works(wikitext103_host, wikitext2_host, tmp_path):
+    """It offered `--input X.parquet --name=NAME` for a wrong Parquet file, which reads it as text and is refused:
+    a text file is offered as your own text, any other file is to be moved away; each fix, followed, prepares."""
+    (tmp_path / "wikitext-103").mkdir()
+    wrong = tmp_path / "wikitext-103" / list(pw.WIKITEXT103_FILES)[1]
+    wrong.write_bytes(wikitext103_host.files[wrong.name][:-1])
+    with pytest.raises(SystemExit) as e:
+        prepare_wikitext103(wikitext103_host, tmp_path, 1000, 300)
+    assert_one_line_error(str(e.value.code), f"{wrong} is not WikiText-103's", "move it away")
+    assert "--input" not in str(e.value.code)
+    wrong.rename(tmp_path / "moved.parquet")
+    prepare_wikitext103(wikitext103_host, tmp_path, 1000, 300)
+    (tmp_path / "wikitext-2").mkdir()
+    (tmp_path / "wikitext-2" / "test.txt").write_bytes(wikitext(2).replace(b" .", b"!"))
+    with pytest.raises(SystemExit) as e:
+        prepare_wikitext2(wikitext2_host, tmp_path, "--wikitext2=test")
+    offered = str(e.value.code).split("as your text: ")[1].replace("NAME", "mine").split()
+    pw.main([*offered, "--tokenizer", "byte", "--min_chars", "0", "--out_dir", str(tmp_path)])
+    assert json.loads((tmp_path / "mine" / "meta.json").read_text())["train_articles"] > 0
 
 
 def test_wikitext103_from_a_folder_of_local_copies_prepares_offline_what_the_download_prepares(wikitext103_host,
@@ -392,7 +471,7 @@ def test_nul_in_articles_never_becomes_an_end_of_text_inside_an_article(tmp_path
 @pytest.mark.parametrize("line, phrase", [
     ('{"pageid": 1, "title": "T", "text": 42}\n', "line 1 is not a"),  # text that is not a string
     ('[1, 2, 3]\n', "line 1 is not a"),  # a whole line that is JSON but no article: not dropped as if torn
-    ('{"pageid": 1, "title": "T", "text": "ok"}\n{"pageid": 2, "tit\n', "line 2 is not JSON"),
+    ('{"pageid": 1, "title": "T", "text": "ok"}\n{"pageid": 2, "tit', "line 2 is not a JSON object"),  # cut short
 ])
 def test_a_jsonl_line_that_is_no_article_is_one_line_error_not_a_traceback_or_dropped(tmp_path, line, phrase):
     (tmp_path / "a.jsonl").write_text(line)
@@ -686,6 +765,21 @@ def test_a_stop_while_the_files_are_renamed_waits_till_the_new_dataset_is_whole_
     assert_interrupted(result, f"the new dataset in data{os.sep}text is whole and in place")
     finished, clean = dataset_files(tmp_path / "data" / "text"), dataset_files(tmp_path / "clean" / "text")
     assert {f: finished[f] for f in ("train.bin", "val.bin")} == {f: clean[f] for f in ("train.bin", "val.bin")}
+    assert usable(tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_a_stop_as_python_shuts_down_after_prepare_wrote_ends_quietly_with_status_0(tmp_path, monkeypatch, stop):
+    """A stop that came after `wrote ...`, as the interpreter ran its exit functions, printed a KeyboardInterrupt
+    traceback (and exit status 0): the dataset is whole and the preparation done, so it changes nothing now."""
+    (tmp_path / "new.txt").write_text(word_articles(["the", "river", "castle"], 12, 60))
+    code = ("import atexit, os, runpy, signal, sys\n"  # registered first: the last exit function to run
+            f"atexit.register(lambda: os.kill(os.getpid(), signal.{stop}))\n"
+            f"sys.argv = ['prepare_wikipedia.py', *{RENAMED!r}]\n"
+            f"runpy.run_path({os.path.join(ROOT, 'prepare_wikipedia.py')!r}, run_name='__main__')\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=ENV, capture_output=True, text=True,
+                            preexec_fn=stops_at_their_defaults())
+    assert (result.returncode, result.stderr) == (0, "") and "wrote data" in result.stdout
     assert usable(tmp_path, monkeypatch)
 
 
