@@ -156,7 +156,7 @@ def test_train_eval_iters_0_logs_the_val_loss_evaluate_reports(trained):
     assert math.isclose(report["bits_per_byte"], report["loss"] * report["tokens"] / report["bytes"] / math.log(2))
     assert {"ln_embed_gain_norm", "ln_encoder_out_gain_norm", "val_embedding_loss"} <= set(log[-1])
     # which of the two figures it is: every token once, not train.py's sampled windows
-    assert "(every token once; train.py logs as val loss the mean over eval_iters batches of windows" in result.stdout
+    assert "(every token once; train.py's val loss, a mean over eval_iters batches of random windows" in result.stdout
 
 
 def test_evaluate_input_text_matches_the_prepared_split(trained):
@@ -388,4 +388,4 @@ def test_a_split_cut_short_is_one_line_error(trained, tmp_path, cut):
 def test_help_gives_the_whole_docstring_unbroken():
     result = run("evaluate.py", "--help", cwd=ROOT)
     text = " ".join(result.stdout.split())
-    assert "its line endings as \\n, anything else (a NUL byte, as in a .bin token file, or bytes" in text
+    assert "(T: context_size): every token but the first once, whatever the batch size." in text

@@ -84,7 +84,7 @@ def test_sample_without_checkpoint_or_its_tokenizer_says_what_to_do(workdir, tmp
     (["--device=mps"], ["device='mps'", "MPS", "not available"]),
     (["--temperature=nan"], ["temperature=nan"]),
     (["--start=FILE:binary.bin"], ["binary.bin", "not UTF-8"]),
-    ([b"--start=caf\xe9"], ["not valid UTF-8"]),
+    ([b"--start=caf\xe9"], ["caf", "not UTF-8"]),
 ], ids=["device", "mps_absent", "temperature", "binary_prompt_file", "non_utf8_prompt"])
 def test_sample_bad_input_is_one_line_error(workdir, args, fragments):
     (workdir / "binary.bin").write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00")
@@ -112,7 +112,15 @@ def test_top_p_beside_greedy_top_k_is_refused_naming_both(workdir):
     """--top_k=1 --top_p=0.5 ignored top_p without a word."""
     result = run("sample.py", "--out_dir=out_full", "--top_k=1", "--top_p=0.5", "--device=cpu", cwd=workdir,
                  check=False)
-    assert_one_line_error(result, "top_p=0.5", "--top_k=1", "leave out one of them")
+    assert_one_line_error(result, "top_p=0.5", "drop it or --top_k=1")
+
+
+@pytest.mark.parametrize("flag, fragment", [("--top_p=0", "use one in (0, 1]"), ("--top_p=1.5", "use one in (0, 1]"),
+                                            ("--top_p=nan", "use one in (0, 1]"),
+                                            ("--max_new_tokens=-1", "use 0 or more")])
+def test_a_sampling_setting_out_of_its_range_is_refused_before_the_model_loads(workdir, flag, fragment):
+    result = run("sample.py", "--out_dir=nowhere", flag, "--device=cpu", cwd=workdir, check=False)
+    assert_one_line_error(result, flag[2:], fragment)
 
 
 def test_a_reversal_model_decodes_greedily_unless_top_p_asks_to_sample(reversal_run):
