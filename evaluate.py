@@ -23,7 +23,7 @@ import torch
 from configurator import add_flag, argument_parser
 from data import check_dataset, load_task, prepare_hint, window_losses, window_starts
 from machinery.checkpoints import load_checkpoint
-from machinery.files import folder_chain
+from machinery.files import folder_chain, hold_folder
 from machinery.hardware import pick_device
 from machinery.process import fail, on_ctrl_c
 from model import ModelConfig, build_model
@@ -108,7 +108,8 @@ def main(argv=None):
             hint = prepare_hint(dataset, meta["tokenizer"], "compact_vocab" in meta)
             fail(f"data/{dataset}/ not found here, beside {args.out_dir} or above it, "
                  f"or in the repository: prepare it ({hint}), or give --input=FILE")
-        # whole, and the tokens and text it was trained on: train.py's own check
+        # held against a new preparation, then whole and the tokens and text it was trained on
+        hold_folder(found[0], "--dataset", "evaluate.py", shared=True)
         check_dataset(dataset, 0, model.config.vocab_size, meta, found[0])
         source = os.path.join(found[0], f"{args.split}.bin")
         tokens = np.memmap(source, dtype=np.uint16, mode="r")

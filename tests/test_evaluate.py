@@ -389,3 +389,18 @@ def test_help_gives_the_whole_docstring_unbroken():
     result = run("evaluate.py", "--help", cwd=ROOT)
     text = " ".join(result.stdout.split())
     assert "(T: context_size): every token but the first once, whatever the batch size." in text
+
+
+def test_evaluate_does_not_read_a_dataset_being_prepared(trained):
+    """It holds data/<dataset> as train.py does, beside other readers: a preparation holding it alone keeps it out."""
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from machinery import files; "
+                               "files.hold_folder(sys.argv[1], '--name', 'prepare_wikipedia.py --name=small'); "
+                               "print('held', flush=True); sys.stdin.read()", os.path.join("data", "small")],
+                              cwd=trained, env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        result = run("evaluate.py", "--out_dir=run", cwd=trained, check=False)
+        assert_one_line_error(result, f"is in use by pid {holder.pid} (prepare_wikipedia.py --name=small")
+    finally:
+        holder.communicate("")
+    assert run("evaluate.py", "--out_dir=run", cwd=trained).returncode == 0
