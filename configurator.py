@@ -85,12 +85,12 @@ def split_args(argv, types=None):
 def command_line_value(key, text, types):
     """--key=text's value: a string as typed (--out_dir=2024), True/False in any case, a literal."""
     if text is None:
-        fail(f"'--{key}' has no value; write --{key}=VALUE or --{key} VALUE (python train.py "
-             f"--help lists them)")
+        fail(f"'--{key}' has no value; write --{key}=VALUE or --{key} VALUE (python "
+             "train.py --help lists them)")
     if types.get(key) is bool:
         if text.lower() not in ("true", "false"):
-            fail(f"--{key} {text}: {key} takes True or False (any case), not {text!r}; write "
-                 f"--{key} (True), --{key}=True or --{key}=False")
+            fail(f"--{key} {text}: {key} takes True or False (any case), not {text!r}; "
+                 f"write --{key} (True), --{key}=True or --{key}=False")
         return text.lower() == "true"
     try:
         value = ast.literal_eval(text)
@@ -133,8 +133,8 @@ def config_error(path, e):
     if path.startswith("-"):  # '--' alone, '-key=value'
         return unknown_argument(path, ())
     if isinstance(e, SystemExit):
-        return (f"config file {path} called sys.exit({e.code!r}); a config file only assigns "
-                f"settings: remove that call")
+        return (f"config file {path} called sys.exit({e.code!r}); a config file only "
+                "assigns settings: remove that call")
     if isinstance(e, OSError) and not os.path.isfile(path):
         # the near names in its folder and in config/, by the file's name alone
         paths = {*glob.glob(os.path.join(os.path.dirname(path), "*.py")), *glob.glob("config/*.py")}
@@ -149,8 +149,8 @@ def config_error(path, e):
               if os.path.abspath(f.filename) != os.path.abspath(__file__)
               and not f.filename.startswith(("<", sys.prefix, sys.base_prefix))]
     if not frames:  # e.g. not UTF-8, or null bytes
-        return (f"config file {path} is not Python source ({type(e).__name__}: {e}); give a "
-                f"file like config/cpu_baseline.py")
+        return (f"config file {path} is not Python source ({type(e).__name__}: {e}); "
+                "give a file like config/cpu_baseline.py")
     return (f"config file {frames[-1].filename} line {frames[-1].lineno} raised "
             f"{type(e).__name__}: {e}; fix the Python there")
 
@@ -174,8 +174,8 @@ def print_help(script, defaults, model_config):
         line = f"  --{key}={shown}"
         meaning = comments.get(key, "see ModelConfig in model.py")
         print(line.ljust(40) + (" " + meaning if len(line) < 40 else "\n" + " " * 40 + meaning))
-    print("\nA generated task, such as --dataset=reversal, uses its own small model and schedule "
-          "for the settings not\ngiven (its module's DEFAULTS, in tasks/).")
+    print("\nA generated task, such as --dataset=reversal, uses its own small model and "
+          "schedule for the settings not\ngiven (its module's DEFAULTS, in tasks/).")
     sys.exit(0)
 
 

@@ -40,9 +40,9 @@ def load_task(name, settings=()):
     wrong = [key for key, kind in INTERFACE.items() if not hasattr(task, key) or not (
         callable(getattr(task, key)) if kind is callable else type(getattr(task, key)) is kind)]
     if wrong:
-        fail(f"the task module {path} lacks {', '.join(wrong)} of the kind a task gives: DEFAULTS "
-             f"(a dict), VOCAB_SIZE and BLOCK_SIZE (integers), the others functions (see "
-             f"tasks/reversal.py)")
+        fail(f"the task module {path} lacks {', '.join(wrong)} of the kind a task gives: "
+             "DEFAULTS (a dict), VOCAB_SIZE and BLOCK_SIZE (integers), the others "
+             "functions (see tasks/reversal.py)")
     unknown = [key for key in task.DEFAULTS if settings and key not in settings]
     if unknown:
         fail(f"the task module {path} sets {', '.join(unknown)} in DEFAULTS, which is no setting "
@@ -118,8 +118,8 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
                " (it finishes the replacement first)")
     vocab = meta.get("vocab_size")
     if type(vocab) is not int or vocab < 1 or meta.get("tokenizer") not in ("gpt2", "byte"):
-        refuse(f"{data_dir}/meta.json is not a JSON object with a positive vocab_size and its "
-               f"tokenizer (gpt2 or byte)")
+        refuse(f"{data_dir}/meta.json is not a JSON object with a positive vocab_size "
+               "and its tokenizer (gpt2 or byte)")
     for split in ("train", "val"):
         path = os.path.join(data_dir, f"{split}.bin")
         n_tokens = meta.get(f"{split}_tokens")
@@ -129,12 +129,12 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
         if n_tokens == 0 and split == "val":
             refuse(f"{path} is empty (prepared with --val_fraction 0)", " with --val_fraction 0.05")
         if n_tokens <= block:
-            fail(f"{path} has {n_tokens} tokens, too few for context_size={block}; prepare "
-                 f"more text or lower --context_size")
+            fail(f"{path} has {n_tokens} tokens, too few for context_size={block}; "
+                 "prepare more text or lower --context_size")
         tokens = np.memmap(path, dtype=np.uint16, mode="r")
         if int(tokens.max()) >= vocab:
-            refuse(f"{path} holds token id {int(tokens.max())}, but meta.json's vocab_size is "
-                   f"{vocab}: files of different preparations")
+            refuse(f"{path} holds token id {int(tokens.max())}, but meta.json's "
+                   f"vocab_size is {vocab}: files of different preparations")
         # the sum tells preparations apart; the sha256 (datasets prepared since) any change
         for key, found in ((f"{split}_token_sum", lambda: int(tokens.sum(dtype=np.uint64))),
                            (f"{split}_sha256", lambda: file_sha256(path))):
@@ -148,12 +148,12 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
         what = "its tokens" if set(changed) & {"tokenizer", "vocab_size", "compact_vocab"} else \
             "its text"
         command = prepare_hint(dataset, trained["tokenizer"], "compact_vocab" in trained)
-        fail(f"{data_dir} was prepared again since this model was trained on it ({what} differ: "
-             f"{', '.join(changed)}); prepare it as it was for training: {command}, or give "
-             f"--input text")
+        fail(f"{data_dir} was prepared again since this model was trained on it ({what} "
+             f"differ: {', '.join(changed)}); prepare it as it was for training: "
+             f"{command}, or give --input text")
     if vocab_size is not None and vocab_size < vocab:
-        fail(f"vocab_size={vocab_size} is smaller than the dataset's {vocab} tokens; leave "
-             f"vocab_size unset, or prepare {data_dir} again: "
+        fail(f"vocab_size={vocab_size} is smaller than the dataset's {vocab} tokens; "
+             f"leave vocab_size unset, or prepare {data_dir} again: "
              f"{prepare_hint(dataset, 'byte' if vocab_size <= 256 else 'gpt2')}")
     return meta
 
@@ -176,8 +176,8 @@ def open_dataset(dataset, task, context_size, vocab_size, command, trained=None)
             fail(f"context_size={context_size} is too short for {dataset} sequences of "
                  f"{task.BLOCK_SIZE} tokens; leave context_size unset")
         if (vocab_size or task.VOCAB_SIZE) < task.VOCAB_SIZE:
-            fail(f"vocab_size={vocab_size} is smaller than the dataset's {task.VOCAB_SIZE} "
-                 f"tokens; leave vocab_size unset")
+            fail(f"vocab_size={vocab_size} is smaller than the dataset's "
+                 f"{task.VOCAB_SIZE} tokens; leave vocab_size unset")
         return task, task.BLOCK_SIZE, vocab_size or task.VOCAB_SIZE, {"task": dataset}
     source = os.path.join("data", dataset)
     if os.path.isdir(source):
@@ -204,10 +204,7 @@ class Batches:
             x, y = self.windows(split, rng, size, rows)
         else:
             x, y = (t[rows] for t in self.source.get_batch(split, size, rng))
-        cuda = str(self.device).startswith("cuda")
-        if cuda:  # pinned memory: the copy to the GPU overlaps its work
-            x, y = x.pin_memory(), y.pin_memory()
-        return x.to(self.device, non_blocking=cuda), y.to(self.device, non_blocking=cuda)
+        return x.to(self.device), y.to(self.device)
 
     def windows(self, split, rng, size, rows):
         """Windows of block tokens at random places of split.bin, and the same shifted by one."""
@@ -299,9 +296,8 @@ def split_losses(model, data_dir, block, batch_size, device, autocast=None):
 
 def introduce_run(model, batch_size, gradient_accumulation_steps, max_iters, eval_iters,
                   eval_interval, device):
-    """Where the default dataset, the write-up's, is not prepared: before anything is written, what
-    the run is (its model, its tokens, and its time here from one timed step on random tokens), the
-    command that prepares its data, and a CPU-sized run of the same variant; exit status 1."""
+    """Where the write-up's data is not prepared, before anything is written: what the run is, its
+    time here (one step on random tokens, timed), how to prepare its data, and a CPU-sized run."""
     c = model.config
     rows = min(batch_size, 4)  # a few sequences, timed, then scaled to the micro-batch
     x = torch.randint(c.vocab_size, (rows, c.context_size), device=device)
@@ -311,19 +307,18 @@ def introduce_run(model, batch_size, gradient_accumulation_steps, max_iters, eva
         model.to(device)(x, x, return_logits=False)[1].backward()
         sync(device)
         seconds.append(time.perf_counter() - t0)
-    step = min(seconds) * batch_size / rows * gradient_accumulation_steps
-    # an evaluation batch: a forward pass, a third of a training micro-step
-    evals = 2 * eval_iters * (max_iters // eval_interval + 1) * step / gradient_accumulation_steps
+    micro_steps = gradient_accumulation_steps
+    step = min(seconds) * batch_size / rows * micro_steps
+    # eval_iters batches of each split an evaluation, each a forward pass: a third of a micro-step
+    evals = 2 * eval_iters * (max_iters // eval_interval + 1) * step / micro_steps / 3
     tokens = max_iters * gradient_accumulation_steps * batch_size * c.context_size
-    days = duration(max_iters * step + evals / 3)
-    # the CPU-sized config of the variant asked for: a smaller model, byte tokens
     cpu = {"baseline": "cpu_baseline", "parallel": "cpu_parallel"}.get(
         c.variant, "cpu_encdec_none" if c.embedding_loss == "none" else "cpu_encdec_mse_pos_sub")
-    fail(f"data/wikitext103 is not prepared. This run trains the write-up's {c.variant} model "
-         f"({model.num_params() / 1e6:.1f}M parameters)\n  on {tokens / 1e9:.2f}B tokens, "
-         f"{max_iters:,} steps over WikiText-103's 38M: about "
-         f"{days} on this machine ({device}, timed on one step).\n"
-         f"  prepare its data (a download, then GPT-2 tokens):  python prepare_wikipedia.py\n"
-         f"  or train a smaller {c.variant} model (byte tokens) on a CPU in minutes:  "
-         f"python train.py config/{cpu}.py\n"
-         f"    (its data:  python prepare_wikipedia.py --wikitext2=valid --tokenizer=byte)")
+    fail(f"data/wikitext103 is not prepared. This run trains the write-up's {c.variant} "
+         f"model ({model.num_params() / 1e6:.1f}M parameters)\n  on {tokens / 1e9:.2f}B "
+         f"tokens, {max_iters:,} steps over WikiText-103's 38M: about "
+         f"{duration(max_iters * step + evals)} on this machine ({device}, timed on one "
+         "step).\n  prepare its data (a download, then GPT-2 tokens):  python "
+         f"prepare_wikipedia.py\n  or train a smaller {c.variant} model (byte tokens) on "
+         f"a CPU in minutes:  python train.py config/{cpu}.py\n    (its data:  python "
+         "prepare_wikipedia.py --wikitext2=valid --tokenizer=byte)")

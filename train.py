@@ -33,13 +33,13 @@ def kept():
     """The run's last line, on a stop or an error: what is kept, and how to go on."""
     if stop.saved_iter is None:
         return "no checkpoint was saved yet"
-    return (f"the last checkpoint is {ckpt_path} (iteration {stop.saved_iter}); continue with "
-            f"`python train.py --out_dir={out_dir} --init_from=resume`")
+    return (f"the last checkpoint is {ckpt_path} (iteration {stop.saved_iter}); continue "
+            f"with `python train.py --out_dir={out_dir} --init_from=resume`")
 
 
 # a stop or an error of the machine ends the run with that line
-process.on_ctrl_c(kept, lower="--batch_size (a larger --gradient_accumulation_steps keeps the "
-                              "batch per step) or --context_size")
+process.on_ctrl_c(kept, lower="--batch_size (a larger --gradient_accumulation_steps "
+                              "keeps the batch per step) or --context_size")
 
 # -----------------------------------------------------------------------------
 # settings; the defaults train the write-up's model (13 + 13 layers, 150 wide) as its appendix runs
@@ -95,9 +95,9 @@ if init_from == "resume":  # the checkpoint's settings fill in every key not set
 task = None  # a generated task: as the checkpoint records it, else by its name
 if ("task" in trained) if trained is not None else is_task(dataset):
     if trained is None and os.path.isdir(os.path.join("data", dataset)):  # one name, one thing
-        process.fail(f"--dataset={dataset} names both the task tasks/{dataset}.py and the dataset "
-                     f"folder data/{dataset}/; rename one of them (prepare the text again with "
-                     f"another --name)")
+        process.fail(f"--dataset={dataset} names both the task tasks/{dataset}.py and "
+                     f"the dataset folder data/{dataset}/; rename one of them (prepare "
+                     "the text again with another --name)")
     # a task's DEFAULTS set its model and schedule, not where the run writes or what it replaces
     run_settings = ("out_dir", "dataset", "init_from", "overwrite", "wandb_log")
     task = load_task(dataset, [k for k in defaults if k not in run_settings])
@@ -319,6 +319,6 @@ while True:
         print(f"iter {iter_num}: loss {terms['ce'].item():.4f}{embedding}, grad norm "
               f"{grad_norm.item():.3f}{scale}, lr {lr:.2e}, {speed}", flush=True)
 if master:
-    print(f"done: {iter_num} iterations in {time.time() - run_start:.1f}s; checkpoint and "
-          f"log in {out_dir}/")
+    print(f"done: {iter_num} iterations in {time.time() - run_start:.1f}s; checkpoint "
+          f"and log in {out_dir}/")
 distributed.finish()

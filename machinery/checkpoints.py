@@ -31,8 +31,8 @@ def read_checkpoint(ckpt_path, device, fix):
     except (zipfile.BadZipFile, OSError, EOFError):
         damaged = None  # not a zip: torch.load says it cannot read it
     if damaged:
-        fail(f"checkpoint {ckpt_path} is damaged: its record {damaged} fails its CRC-32 check (a "
-             f"disk or copy error); {fix}")
+        fail(f"checkpoint {ckpt_path} is damaged: its record {damaged} fails its CRC-32 "
+             f"check (a disk or copy error); {fix}")
     try:
         checkpoint = torch.load(ckpt_path, map_location=device, weights_only=True)  # no code run
     except Exception as e:
@@ -47,8 +47,8 @@ def read_checkpoint(ckpt_path, device, fix):
     if not wrong and type(checkpoint["train_config"].get("dataset")) is not str:
         wrong = ["train_config"]
     if wrong:
-        fail(f"checkpoint {ckpt_path} has no {', '.join(wrong)} of the kind this code reads (it is "
-             f"not train.py's, or an older version wrote it); {fix}")
+        fail(f"checkpoint {ckpt_path} has no {', '.join(wrong)} of the kind this code "
+             f"reads (it is not train.py's, or an older version wrote it); {fix}")
     return checkpoint
 
 
@@ -78,8 +78,8 @@ def resume(out_dir, asked, user_set, command):
     # the seed draws the batches and the evaluation batches: a new one breaks the curves
     for key in ("dataset", "seed"):
         if key in user_set and asked[key] != saved.get(key):
-            fail(f"{ckpt_path} was trained with {key}={saved.get(key)!r}, not {asked[key]!r}; "
-                 f"drop --{key} to resume it")
+            fail(f"{ckpt_path} was trained with {key}={saved.get(key)!r}, not "
+                 f"{asked[key]!r}; drop --{key} to resume it")
     restored = {k: v for k, v in saved.items()
                 if k not in user_set | {"out_dir", "init_from", "overwrite"}}
     return checkpoint, restored
@@ -98,9 +98,9 @@ def start(checkpoint, model, optimizer, scaler, settings, command):
             earlier = [os.path.join(out_dir, name) for name in ("ckpt.pt", "log.jsonl")
                        if checkpoint is None and os.path.lexists(os.path.join(out_dir, name))]
             if earlier and not settings["overwrite"]:  # a fresh run does not replace them
-                fail(f"{earlier[0]} holds an earlier run's {earlier[0][-7:]}; continue it with "
-                     f"--init_from=resume, train in another --out_dir, or replace it with "
-                     f"--overwrite=True")
+                fail(f"{earlier[0]} holds an earlier run's {earlier[0][-7:]}; continue "
+                     "it with --init_from=resume, train in another --out_dir, or replace "
+                     "it with --overwrite=True")
             run = start_wandb(settings, checkpoint) if settings["wandb_log"] else None
             if checkpoint is not None:
                 write_log(out_dir, checkpoint)
@@ -134,15 +134,15 @@ def check_resume(checkpoint, config, settings):
                   f"with a larger --max_iters, e.g. --max_iters={2 * iter_num or 100}")
         sys.exit(0)
     saved = checkpoint["train_config"]
-    notes = {("device", "dtype", "compile"): "the losses will differ a little from an unbroken "
-                                             "run's",
+    notes = {("device", "dtype", "compile"): "the losses will differ a little from an "
+                                             "unbroken run's",
              ("batch_size", "eval_iters"): "its evaluations are of other sequences from here on "
                                            "(an evaluation batch is batch_size sequences)"}
     # what decides a step's sequences: their number, not the micro-batches they are split into
     step = ("batch_size", "gradient_accumulation_steps")
     if math.prod(settings[k] for k in step) != math.prod(saved.get(k, settings[k]) for k in step):
-        notes[step] = ("its steps are of other sequences from here on (a step is batch_size x "
-                       "gradient_accumulation_steps sequences)")
+        notes[step] = ("its steps are of other sequences from here on (a step is "
+                       "batch_size x gradient_accumulation_steps sequences)")
     for keys, what in notes.items():
         changed = [k for k in keys if k in saved and settings[k] != saved[k]]
         if changed and MASTER:
@@ -227,9 +227,9 @@ def check_finite(loss, iter_num, out_dir):
 def stop_non_finite(losses, iter_num, out_dir):  # one line where a loss is not finite
     what = ", ".join(f"{k}={v}" for k, v in losses.items() if not math.isfinite(v))
     if what:
-        fail(f"non-finite {what} at iteration {iter_num}: stopped; the last good checkpoint "
-             f"{os.path.join(out_dir, 'ckpt.pt')} is kept. Lower --learning_rate or raise "
-             f"--warmup_iters")
+        fail(f"non-finite {what} at iteration {iter_num}: stopped; the last good "
+             f"checkpoint {os.path.join(out_dir, 'ckpt.pt')} is kept. Lower "
+             "--learning_rate or raise --warmup_iters")
 
 
 def start_wandb(settings, checkpoint):
@@ -238,8 +238,8 @@ def start_wandb(settings, checkpoint):
     try:
         import wandb
     except ImportError:
-        fail("wandb_log=True needs Weights & Biases, which is not installed: pip install wandb, "
-             "or train without it: --wandb_log=False")
+        fail("wandb_log=True needs Weights & Biases, which is not installed: pip install "
+             "wandb, or train without it: --wandb_log=False")
     try:
         run = wandb.init(project=settings["wandb_project"], resume="allow",
                          name=settings["wandb_run_name"] or settings["out_dir"],

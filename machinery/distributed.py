@@ -24,10 +24,10 @@ def start(device_asked, batch_size, gradient_accumulation_steps):
     dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
     world_size = dist.get_world_size()
     if gradient_accumulation_steps % world_size:  # the processes share each step's micro-batches
-        fail(f"gradient_accumulation_steps={gradient_accumulation_steps} must be divisible by the "
-             f"{world_size} processes; e.g. --gradient_accumulation_steps="
-             f"{math.lcm(gradient_accumulation_steps, world_size)} (a lower --batch_size keeps "
-             f"the sequences per step)")
+        fail(f"gradient_accumulation_steps={gradient_accumulation_steps} must be "
+             f"divisible by the {world_size} processes; e.g. "
+             f"--gradient_accumulation_steps={math.lcm(gradient_accumulation_steps, world_size)} "
+             "(a lower --batch_size keeps the sequences per step)")
     if device.startswith("cuda"):
         flags = dist.new_group(backend="gloo") if dist.is_gloo_available() else None
         device = f"cuda:{os.environ['LOCAL_RANK']}"

@@ -30,7 +30,7 @@ def write_error(path, error, size=None):
         free = shutil.disk_usage(folder).free if os.path.isdir(folder) else 0
         need = f"; the file needs {size / 1e6:.1f} MB" if size else ""
         return (f"the disk holding {folder} is full ({free / 1e6:.1f} MB free{need}): "
-                f"free some space there, or write elsewhere")
+                "free some space there, or write elsewhere")
     if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return f"{folder} is not writable ({error.strerror}): make it writable, or write elsewhere"
     return f"{error.strerror or error}; check {folder}"
@@ -102,9 +102,9 @@ def hold_folder(folder, what, command, shared=False):
         fail(f"{folder} is in use by {holder}; wait for it to finish, or use another {what}")
     except OSError as e:
         let_go(lock)
-        fail(f"{folder} cannot be locked ({e.strerror or type(e).__name__}: {e.filename}), so "
-             f"nothing would keep a second process out; remove what is in the way, or use "
-             f"another {what} on a file system with locks")
+        fail(f"{folder} cannot be locked ({e.strerror or type(e).__name__}: "
+             f"{e.filename}), so nothing would keep a second process out; remove what is "
+             f"in the way, or use another {what} on a file system with locks")
     _held[os.path.realpath(folder)] = lock
     atexit.register(let_go, lock)
     Path(note_of(mine)).unlink(missing_ok=True)  # a link in its place: the link goes, not its file

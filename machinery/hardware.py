@@ -22,26 +22,27 @@ def pick_device(device, dtype="float32", resumed_from=None):
     where = f"{resumed_from} ran with device={device!r}, dtype={dtype!r}; here " if resumed_from \
         else ""
     if picked.startswith("cuda") and int(picked[5:] or 0) >= gpus:
-        fail(f"{where}device={device!r} but " + (f"there are only {gpus} CUDA devices; use "
-             f"--device=cuda:0" if gpus else "CUDA is not available; use --device=auto or cpu"))
+        fail(f"{where}device={device!r} but " + (f"there are only {gpus} CUDA devices; "
+             "use --device=cuda:0" if gpus else "CUDA is not available; use --device=auto or cpu"))
     if picked == "mps" and not mps:
-        fail(f"{where}device='mps' but MPS (the GPU of Apple silicon) is not available; use "
-             f"--device=auto or --device=cpu")
+        fail(f"{where}device='mps' but MPS (the GPU of Apple silicon) is not available; "
+             "use --device=auto or --device=cpu")
     if picked == "mps" and dtype not in ("auto", "float32"):
         fail(f"{where}dtype={dtype!r} on mps is not supported; use --dtype=float32 or auto")
     if dtype == "auto":  # not torch.cuda.is_bf16_supported(): it counts a T4's slow emulated bf16
         bf16 = picked.startswith("cuda") and torch.cuda.get_device_capability(picked)[0] >= 8
         dtype = "bfloat16" if bf16 else "float16" if picked.startswith("cuda") else "float32"
     if picked == "cpu" and dtype != "float32":
-        print(f"note: {dtype} autocast on the CPU is slow; it is here to test the code path a GPU "
-              f"takes", flush=True)
+        print(f"note: {dtype} autocast on the CPU is slow; it is here to test the code "
+              "path a GPU takes", flush=True)
     # a thread per free core (OMP_NUM_THREADS=N chooses): one waiting makes every step wait (50x)
     if picked == "cpu" and "OMP_NUM_THREADS" not in os.environ and hasattr(os, "getloadavg"):
         load = os.getloadavg()[0]
         threads = max(1, min(torch.get_num_threads(), round(os.cpu_count() - load)))
         if threads < torch.get_num_threads():  # the losses are the same
-            print(f"note: {threads} thread(s), not {torch.get_num_threads()}: the CPU is busy "
-                  f"(load {load:.1f} on {os.cpu_count()} cores); OMP_NUM_THREADS=N chooses")
+            cores = os.cpu_count()
+            print(f"note: {threads} thread{'s' * (threads > 1)}, not {torch.get_num_threads()}: "
+                  f"the CPU is busy (load {load:.1f} on {cores} cores); OMP_NUM_THREADS=N chooses")
             torch.set_num_threads(threads)
     return picked, dtype
 

@@ -130,11 +130,11 @@ class StopAfterStep:
         # at once, on stdout: the run's one last line follows on stderr
         say = print if MASTER else (lambda *args, **kwargs: None)
         if self.evaluating is not None:
-            say(f"{name}: ending the evaluation of iteration {self.evaluating} now, then saving a "
-                f"checkpoint of that step's weights (a resume evaluates them)", flush=True)
+            say(f"{name}: ending the evaluation of iteration {self.evaluating} now, then "
+                "saving a checkpoint of that step's weights (a resume evaluates them)", flush=True)
             raise self.EvaluationStopped
         seconds = self.step_seconds()
         # Kubernetes and Slurm send SIGKILL 30 s after SIGTERM, by default
         late = "; if SIGKILL comes first, the last checkpoint saved remains" * (seconds > 20)
-        say(f"{name}: finishing this step (about {seconds:.1f} s), then saving a checkpoint{late} "
-            f"(a second Ctrl-C ends the run at once)", flush=True)
+        say(f"{name}: finishing this step (about {seconds:.1f} s), then saving a "
+            f"checkpoint{late} (a second Ctrl-C ends the run at once)", flush=True)
