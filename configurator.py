@@ -1,7 +1,7 @@
-"""The command line of every script. train.py's settings, nanoGPT style: globals with defaults,
-then config files (`n_layer = 4`), then --key=value or --key value (a bool: a bare --flag too),
-later ones winning. The other scripts take theirs through argparse, with the same grammar and
-the same messages (argument_parser)."""
+"""The command line of every script. train.py's settings, nanoGPT style: globals with
+defaults, then config files (`n_layer = 4`), then --key=value or --key value (a bool: a
+bare --flag too), later ones winning. The other scripts take theirs through argparse, with
+the same grammar and the same messages (argument_parser)."""
 import argparse
 import ast
 import dataclasses
@@ -115,8 +115,8 @@ def checked(key, value, types, defaults, source):
 
 
 def read_config(path):
-    """The settings a config file assigns, {name: value}, or one line naming its file and line. A
-    config file may extend a sibling: `from config.cpu_base import *`."""
+    """The settings a config file assigns, {name: value}, or one line naming its file and
+    line. A config file may extend a sibling: `from config.cpu_base import *`."""
     try:
         with open(path, encoding="utf-8") as f:
             code = compile(f.read(), path, "exec")
@@ -180,8 +180,8 @@ def print_help(script, defaults, model_config):
 
 
 def suggestion(key, known, command="python train.py"):
-    """'did you mean ...?' for an unknown key: its name here for a nanoGPT or Hugging Face name or
-    one written with '-' for '_', else the closest known key."""
+    """'did you mean ...?' for an unknown key: its name here for a nanoGPT or Hugging Face
+    name or one written with '-' for '_', else the closest known key."""
     here = [name for name, names in ALIASES.items() if key in names.split() and name in known]
     if here:
         return f"did you mean '{here[0]}'? ({key} is called {here[0]} here)"

@@ -51,8 +51,8 @@ def load_task(name, settings=()):
 
 
 def prepare_command(dataset, offline=False):
-    """The command that builds data/<dataset> under its default name (offline: from your copies of
-    the files it downloads, PATH/valid.txt for WikiText-2's valid split)."""
+    """The command that builds data/<dataset> under its default name (offline: from your
+    copies of the files it downloads, PATH/valid.txt for WikiText-2's valid split)."""
     splits = "train|valid|test"
     wikitext2 = re.fullmatch(rf"wikitext2_({splits}|all)(?:-({splits}))?_(gpt2|byte)(c?)", dataset)
     wikitext103 = re.fullmatch(r"wikitext103(?:_(\d+)-(\d+))?(_byte)?(c?)", dataset)
@@ -187,8 +187,8 @@ def open_dataset(dataset, task, context_size, vocab_size, command, trained=None)
 
 
 class Batches:
-    """A run's batches on its device: step `it`'s sequences are drawn from (seed, it) alone,
-    whatever the micro-batch size, the processes and the restarts."""
+    """A run's batches on its device: step `it`'s sequences are drawn from (seed, it)
+    alone, whatever the micro-batch size, the processes and the restarts."""
 
     def __init__(self, source, block, batch_size, gradient_accumulation_steps, seed, device):
         self.source = source
@@ -270,10 +270,10 @@ def window_losses(model, tokens, block, batch_size, device, starts=None, autocas
 
 
 def split_losses(model, data_dir, block, batch_size, device, autocast=None):
-    """{"train_loss", "val_loss", "val_loss_seen_ids"}: the mean loss over every token of val.bin
-    once, and over as many windows of train.bin spread evenly, 512 at most (train.py's evaluation
-    with eval_iters=0); val_loss_seen_ids leaves out the val tokens whose id never occurs in
-    train.bin (no model can learn them; their logits only fall)."""
+    """{"train_loss", "val_loss", "val_loss_seen_ids"}: the mean loss over every token of
+    val.bin once, and over as many windows of train.bin spread evenly, 512 at most
+    (train.py's evaluation with eval_iters=0); val_loss_seen_ids leaves out the val tokens
+    whose id never occurs in train.bin (no model can learn them; their logits only fall)."""
     val_tokens = np.memmap(os.path.join(data_dir, "val.bin"), dtype=np.uint16, mode="r")
     train_tokens = np.memmap(os.path.join(data_dir, "train.bin"), dtype=np.uint16, mode="r")
     # 512 x context_size: a precise enough mean

@@ -56,8 +56,8 @@ def main(argv=None):
     add = parser.add_argument
     add("--out_dir", required=True, help="the run's folder, holding ckpt.pt")
     add("--split", default="val", choices=("train", "val"),
-        help="the split of the run's dataset, from data/<dataset>/ here, beside the"
-        " run or above it, or in the repository (a task: its held-out sequences)")
+        help="the split of the run's dataset, from data/<dataset>/ here, beside the run "
+        "or above it, or in the repository (a task: its held-out sequences)")
     add("--input", help="a text file instead: UTF-8, or a .jsonl of articles, read as "
         "prepare_wikipedia.py reads it")
     add("--batch_size", type=int, default=16, help="windows per forward pass")
@@ -84,8 +84,8 @@ def main(argv=None):
         which = "held-out" if args.split == "val" else "training"
         result = {"out_dir": args.out_dir, "source": f"{dataset} {which} sequences",
                   "accuracy": accuracy, "sequences": n}
-        print(f"{result['source']}: accuracy {accuracy:.2%} ({round(accuracy * n):,}"
-              f" of {n:,} answered exactly, by greedy decoding)")
+        print(f"{result['source']}: accuracy {accuracy:.2%} ({round(accuracy * n):,} of "
+              f"{n:,} answered exactly, by greedy decoding)")
         print(json.dumps(result))
         return result
 
@@ -106,8 +106,8 @@ def main(argv=None):
                  if os.path.exists(os.path.join(f, "data", dataset, "meta.json"))]
         if not found:
             hint = prepare_hint(dataset, meta["tokenizer"], "compact_vocab" in meta)
-            fail(f"data/{dataset}/ not found here, beside {args.out_dir} or above it, "
-                 f"or in the repository: prepare it ({hint}), or give --input=FILE")
+            fail(f"data/{dataset}/ not found here, beside {args.out_dir} or above it, or "
+                 f"in the repository: prepare it ({hint}), or give --input=FILE")
         # held against a new preparation, then whole and the tokens and text it was trained on
         hold_folder(found[0], "--dataset", "evaluate.py", shared=True)
         check_dataset(dataset, 0, model.config.vocab_size, meta, found[0])

@@ -373,8 +373,8 @@ class Transformer(nn.Module):
         return idx
 
     def keep_attention_weights(self, keep=True):
-        """Every Attention keeps its weights (B, nh, T, L) from the next pass on, in .weights:
-        blocks[i].attn, decoder_blocks[i].attn and decoder_blocks[i].cross_attn."""
+        """Every Attention keeps its weights (B, nh, T, L) from the next pass on, in
+        .weights: blocks[i].attn, decoder_blocks[i].attn and decoder_blocks[i].cross_attn."""
         for module in self.modules():
             if isinstance(module, Attention):
                 module.keep_weights = keep

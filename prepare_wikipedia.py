@@ -50,7 +50,7 @@ def prepare(articles, out, args, source):
     if is_val.all() or marked and not is_val.any():
         fail(f"no article of at least --min_chars={args.min_chars} characters for "
              f"{'train' if is_val.all() else 'val'} in {source} ({num_found} found); "
-             f"give more text, or lower --min_chars or --val_fraction")
+             "give more text, or lower --min_chars or --val_fraction")
     splits = {"train": [], "val": []}
     for i, article in enumerate(articles):  # its token ids, then the end-of-text token
         ids = article.get("ids")  # WikiText-103's come tokenized
@@ -152,8 +152,8 @@ CHUNK = 1 << 20  # bytes written at a time: a cut download goes on from there
 
 
 class Retry(urllib3.util.Retry):
-    """urllib3's, each wait said first: a failed request (no connection or answer,
-    HTTP 429, 5xx) is tried again after 0, 2, 4, 8, 16 s, or Retry-After, to WAIT_MAX."""
+    """urllib3's, each wait said first: a failed request (no connection or answer, HTTP
+    429, 5xx) is tried again after 0, 2, 4, 8, 16 s, or Retry-After, to WAIT_MAX."""
     def sleep(self, response=None):
         tries, last = len(self.history), self.history[-1]
         asked = response and self.get_retry_after(response)  # None without the header
@@ -194,8 +194,8 @@ def checked_file(args, what, name, kind, checksum, url, url_flag):
         hold_folder(folder, "--out_dir", f"prepare_wikipedia.py: {name}")  # one at a time
     if not os.path.exists(path):  # another process may have got it meanwhile
         download(url.rstrip("/") + "/" + name, path, kind, checksum, url_flag,
-                 f"Offline, copy {what}'s {name} from a machine with network into {folder}/, "
-                 f"then run the same command again")
+                 f"Offline, copy {what}'s {name} from a machine with network into "
+                 f"{folder}/, then run the same command again")
     elif file_checksum(path, kind) != checksum:  # never deleted: it may be your own text
         fix = "give the published file" if args.input else "move it away and run again"
         own = f", or prepare it as your text: --input {path} --name=NAME" * path.endswith(".txt")
@@ -235,8 +235,8 @@ def download(url, path, kind, checksum, url_flag, offline):
             fail(f"could not write {part}: {write_error(part, e)}; it resumes when run again")
     if file_checksum(part, kind) != checksum:
         os.remove(part)
-        fail(f"{os.path.basename(path)} from {url} does not have the expected {kind}; deleted: "
-             f"run again, or check {url_flag}")
+        fail(f"{os.path.basename(path)} from {url} does not have the expected {kind}; "
+             f"deleted: run again, or check {url_flag}")
     os.replace(part, path)
 
 
@@ -287,8 +287,8 @@ def parse_args(argv):
         help="WikiText-2's valid (default), train or test text, or all three")
     add("--wikitext2_val", choices=list(WIKITEXT2_FILES), help="val.bin's split")
     add("--wikitext2_url", default=WIKITEXT2_URL, help="where its files are")
-    add("--input", nargs="+", metavar="PATH", help=".txt files, folders of them, .jsonl of "
-        "articles; with --wikitext2 or --wikitext103: your copies of their files")
+    add("--input", nargs="+", metavar="PATH", help=".txt files, folders of them, .jsonl "
+        "of articles; with --wikitext2 or --wikitext103: your copies of their files")
     add("--val_input", nargs="+", metavar="PATH", help="local text for val.bin alone")
     add("--tokenizer", default="gpt2", help="gpt2 (GPT-2 BPE) or byte (UTF-8)")
     add_flag(parser, "--compact_vocab", "number the GPT-2 tokens that occur densely")
@@ -300,8 +300,8 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if (args.wikitext2_val and not args.wikitext2) or (args.val_input and (
             args.wikitext2_val or not (args.input or args.wikitext2))):
-        fail("--wikitext2_val or --val_input (one) gives the val text of a --wikitext2 or "
-             "--input dataset; add --wikitext2=valid or --input PATH")
+        fail("--wikitext2_val or --val_input (one) gives the val text of a --wikitext2 "
+             "or --input dataset; add --wikitext2=valid or --input PATH")
     if args.wikitext103 and (args.wikitext2 or args.val_input):
         fail("--wikitext103 is a dataset of its own; leave out --wikitext2 and --val_input")
     args.wikitext103 = args.wikitext103 or not (args.input or args.wikitext2)

@@ -31,8 +31,8 @@ add("--num_samples", type=int, default=3, help="samples drawn from the prompt")
 add("--max_new_tokens", type=int, default=300, help="tokens to generate, at most")
 add("--temperature", type=float, default=0.8, help="lower: likelier, higher: more random")
 add("--top_k", type=int, help="draw from the k likeliest (default 200; a task: 1)")
-add("--top_p", type=float, help="draw from the fewest likeliest tokens adding up to p,"
-    " e.g. 0.9 (nucleus sampling; a task: samples, not greedy)")
+add("--top_p", type=float, help="draw from the fewest likeliest tokens adding up to p, "
+    "e.g. 0.9 (nucleus sampling; a task: samples, not greedy)")
 add_flag(parser, "--stop_at_eot", "end a sample at its article's end", default=True)
 add("--seed", type=int, default=1337, help="random seed of the samples")
 add("--device", default="auto", help="auto (cuda, mps or cpu), cpu, cuda[:N], mps")
@@ -110,8 +110,8 @@ if unknown and start and not start[0].isspace():
     unknown.clear()
     prompt = encode(" " + start)
     if not unknown:
-        print(f"note: sampling from {' ' + start[:40]!r}, with the space before "
-              "each word of the training text", file=sys.stderr)
+        print(f"note: sampling from {' ' + start[:40]!r}, with the space before each "
+              "word of the training text", file=sys.stderr)
 if unknown:
     shown = get_tokenizer(meta["tokenizer"])[1](unknown[:5])
     fail(f"the prompt has {len(unknown)} token(s) outside this model's vocabulary of "
@@ -121,8 +121,8 @@ prompt = prompt or [eot]
 print(named, end="", file=sys.stderr)
 context = model.config.context_size
 if len(prompt) > context:  # generate reads the last context_size tokens
-    print(f"note: the prompt's {len(prompt)} tokens are more than the model's "
-          f"context of {context}: it reads the last {context}", file=sys.stderr)
+    print(f"note: the prompt's {len(prompt)} tokens are more than the model's context of "
+          f"{context}: it reads the last {context}", file=sys.stderr)
 stop = eot if args.stop_at_eot else None
 x = torch.tensor([prompt] * args.num_samples, device=args.device)
 with torch.no_grad(), autocast:

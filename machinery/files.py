@@ -1,5 +1,5 @@
-"""Files written whole, and folders held by one process: no half-written file is ever read, and
-no two processes write in one folder."""
+"""Files written whole, and folders held by one process: no half-written file is ever
+read, and no two processes write in one folder."""
 import atexit
 import errno
 import os
@@ -37,8 +37,8 @@ def write_error(path, error, size=None):
 
 
 def write_atomic(path, data, kept=""):
-    """Write data (bytes, or a function of a file) whole, replacing path in one rename, or stop
-    in one line (kept: what is kept, and how to go on); a stop leaves path as it was."""
+    """Write data (bytes, or a function of a file) whole, replacing path in one rename, or
+    stop in one line (kept: what is kept, and how to go on); a stop leaves path as it was."""
     try:
         with open(temporary_path(path), "wb") as f:
             data(f) if callable(data) else f.write(data)
@@ -133,8 +133,8 @@ def remove_empty_folders(folder, made):  # up to `made` (make_folder's answer), 
 
 
 def claim_folder(folder, command, what="--out_dir"):
-    """Make and hold folder, and remove the temporary files of writes killed there before (of the
-    files the scripts write, never a file of yours)."""
+    """Make and hold folder, and remove the temporary files of writes killed there before
+    (of the files the scripts write, never a file of yours)."""
     atexit.register(remove_empty_folders, folder, make_folder(folder, what))  # none left empty
     hold_folder(folder, what, command)
     ours = r"(ckpt\.pt|log\.jsonl|train\.bin|val\.bin|meta\.json)(\.new)?(\.\d+\.partial)+"

@@ -96,8 +96,8 @@ class Meter:
 
     def estimate(self, model, batches, autocast, return_logits, eval_iters, source, micro_steps,
                  iter_num):
-        """Say how long the run will take, from a timed forward pass (the second of two): a
-        training step costs ~3 per micro-batch, an evaluation ~2 per batch."""
+        """Say how long the run will take, from a timed forward pass (the second of two):
+        a training step costs ~3 per micro-batch, an evaluation ~2 per batch."""
         model.eval()
         with torch.no_grad(), autocast:
             for _ in range(2):  # the first warms up

@@ -53,8 +53,8 @@ def drop_output():
 
 
 def script_start():
-    """Printing never stops a script (a character the console cannot show is escaped, a reader
-    gone ends it quietly); SIGTERM and SIGHUP stop it as Ctrl-C does, once."""
+    """Printing never stops a script (a character the console cannot show is escaped, a
+    reader gone ends it quietly); SIGTERM and SIGHUP stop it as Ctrl-C does, once."""
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):  # not when a test has replaced it
             stream.reconfigure(errors="backslashreplace")

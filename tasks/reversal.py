@@ -99,8 +99,8 @@ def score(model, split_name, device):
 
 
 def prompts(start, num_samples, seed):
-    """sample.py's prompts [START] x [SEP], each with the number of tokens to generate: the digits
-    of `start` (e.g. "3 5 4 2 1"), or num_samples random digit sequences."""
+    """sample.py's prompts [START] x [SEP], each with the number of tokens to generate:
+    the digits of `start` (e.g. "3 5 4 2 1"), or num_samples random digit sequences."""
     if start is None:
         rng = np.random.default_rng(seed)
         xs = [list(rng.integers(1, 10, size=rng.integers(1, MAX_LEN + 1)))
