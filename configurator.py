@@ -122,7 +122,7 @@ def read_config(path):
             code = compile(f.read(), path, "exec")
         namespace = {}
         exec(code, namespace)
-    except (Exception, SystemExit) as e:  # sys.exit() in one would end the script without a word
+    except (Exception, SystemExit) as e:  # sys.exit() would end the script without a word
         fail(config_error(path, e))
     return {k: v for k, v in namespace.items()
             if not k.startswith("_") and not isinstance(v, type(sys))}
@@ -145,7 +145,7 @@ def config_error(path, e):
                 + "give a path like config/cpu_baseline.py, or options as --key=value")
     if isinstance(e, SyntaxError) and e.lineno:  # also in a config file it imports
         return f"config file {e.filename} line {e.lineno}: {e.msg}; fix the Python there"
-    frames = [f for f in traceback.extract_tb(e.__traceback__)  # the config's, not this file's
+    frames = [f for f in traceback.extract_tb(e.__traceback__)  # the config's, not ours
               if os.path.abspath(f.filename) != os.path.abspath(__file__)
               and not f.filename.startswith(("<", sys.prefix, sys.base_prefix))]
     if not frames:  # e.g. not UTF-8, or null bytes

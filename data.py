@@ -85,7 +85,7 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
     preparation, fit for the run (block, vocab_size: None, or 256 or less for byte tokens) and,
     given the checkpoint's record (trained), the tokens and text a model was trained on."""
     data_dir = data_dir or os.path.join("data", dataset)
-    # the tokenizer to prepare with: the trained model's, else meta.json's, else the run's vocab's
+    # the tokenizer to prepare with: the model's, else meta.json's, else the run's vocab's
     tokenizer = (trained or {}).get("tokenizer")
     if tokenizer not in ("gpt2", "byte"):
         tokenizer = "byte" if vocab_size is not None and vocab_size <= 256 else "gpt2"
@@ -105,7 +105,7 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
         with open(os.path.join(data_dir, "meta.json"), encoding="utf-8") as f:
             meta = json.load(f)
         meta.get("vocab_size")
-    except (OSError, ValueError, AttributeError):  # OSError: e.g. a folder named meta.json
+    except (OSError, ValueError, AttributeError):  # OSError: e.g. a folder meta.json
         meta = {}
     if meta.get("tokenizer") in ("gpt2", "byte") and not trained:
         tokenizer = meta["tokenizer"]
@@ -113,7 +113,7 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
 
     def refuse(problem, fix=""):
         fail(f"{problem}; prepare the dataset again: {hint}{fix}")
-    if os.path.exists(os.path.join(data_dir, "meta.json.new")):  # prepare_wikipedia.write_dataset
+    if os.path.exists(os.path.join(data_dir, "meta.json.new")):  # see write_dataset
         refuse(f"{data_dir} is half replaced: a preparation was killed while it renamed its files",
                " (it finishes the replacement first)")
     vocab = meta.get("vocab_size")
@@ -135,7 +135,7 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
         if int(tokens.max()) >= vocab:
             refuse(f"{path} holds token id {int(tokens.max())}, but meta.json's "
                    f"vocab_size is {vocab}: files of different preparations")
-        # the sum tells preparations apart; the sha256 (datasets prepared since) any change
+        # the sum tells preparations apart; the sha256 (newer datasets) any change
         for key, found in ((f"{split}_token_sum", lambda: int(tokens.sum(dtype=np.uint64))),
                            (f"{split}_sha256", lambda: file_sha256(path))):
             if key in meta and meta[key] != found():
@@ -194,7 +194,7 @@ class Batches:
         self.source = source
         self.block = block
         self.batch_size = batch_size
-        self.step_size = batch_size * gradient_accumulation_steps  # sequences per optimizer step
+        self.step_size = batch_size * gradient_accumulation_steps  # sequences a step
         self.seed = seed
         self.device = device
 
@@ -220,7 +220,7 @@ class Batches:
         """Micro-batch `micro_step` of iteration `it`: its rows of the step's sequences."""
         rows = slice(micro_step * self.batch_size, (micro_step + 1) * self.batch_size)
         rng = np.random.default_rng([self.seed, 0, it, 0])
-        rng.integers(2 ** 62)  # micro-step 0's dropout seed is drawn first, then the sequences
+        rng.integers(2 ** 62)  # micro-step 0's dropout seed first, then the sequences
         return self.get("train", rng, self.step_size, rows)
 
     def dropout_seed(self, it, micro_step):

@@ -25,7 +25,7 @@ def read_checkpoint(ckpt_path, device, fix):
     if not os.path.isfile(ckpt_path):
         fail(f"no checkpoint at {ckpt_path}; train one with train.py --out_dir="
              f"{os.path.dirname(ckpt_path)}, or point --out_dir at a run's folder")
-    try:  # a checkpoint is a zip file; torch.load does not check the CRC-32 of its records
+    try:  # a zip file; torch.load does not check the CRC-32 of its records
         with zipfile.ZipFile(ckpt_path) as archive:
             damaged = archive.testzip()
     except (zipfile.BadZipFile, OSError, EOFError):
@@ -89,7 +89,7 @@ def start(checkpoint, model, optimizer, scaler, settings, command):
     """Claim settings["out_dir"] (a fresh run refused where an earlier run is), start W&B, and
     resume the checkpoint. Returns (iter_num, best_val_loss, tokens, grad_norm, log, W&B run)."""
     out_dir = settings["out_dir"]
-    if checkpoint is not None:  # the model asked for is the checkpoint's; a finished run ends here
+    if checkpoint is not None:  # the model asked is the checkpoint's; a finished run ends
         check_resume(checkpoint, model.config, settings)
     run = None
     with distributed.stop_together():
@@ -138,7 +138,7 @@ def check_resume(checkpoint, config, settings):
                                              "unbroken run's",
              ("batch_size", "eval_iters"): "its evaluations are of other sequences from here on "
                                            "(an evaluation batch is batch_size sequences)"}
-    # what decides a step's sequences: their number, not the micro-batches they are split into
+    # what decides a step's sequences: their number, not how they split into micro-batches
     step = ("batch_size", "gradient_accumulation_steps")
     if math.prod(settings[k] for k in step) != math.prod(saved.get(k, settings[k]) for k in step):
         notes[step] = ("its steps are of other sequences from here on (a step is "
@@ -178,16 +178,16 @@ def restore(checkpoint, model, optimizer, scaler):
     try:  # weights of another shape, an optimizer of another model, a random state not a tensor
         model.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
-        if scaler.is_enabled() and checkpoint["scaler"]:  # a resumed float16 run stays exact
+        if scaler.is_enabled() and checkpoint["scaler"]:  # float16 resumed exactly
             scaler.load_state_dict(checkpoint["scaler"])
         torch.set_rng_state(rng["cpu"].cpu())
-        if device_type != "cpu" and rng.get(device_type) is not None:  # as this run would draw
+        if device_type != "cpu" and rng.get(device_type) is not None:  # cuda or mps
             getattr(torch, device_type).set_rng_state(rng[device_type].cpu())
     except (RuntimeError, ValueError, TypeError, AttributeError, KeyError) as e:
         detail = (str(e).strip() or "?").splitlines()[0][:200]
         fail(f"the checkpoint's weights or state do not fit this run ({type(e).__name__}: "
              f"{detail}); restore a good copy or train from scratch in a new --out_dir")
-    grad_norm = checkpoint.get("grad_norm")  # of the step before it, for the next evaluation
+    grad_norm = checkpoint.get("grad_norm")  # of the step before, for the next evaluation
     return (checkpoint["iter_num"], checkpoint["best_val_loss"], checkpoint["tokens"],
             None if grad_norm is None else torch.tensor(grad_norm), checkpoint["log"])
 
@@ -210,7 +210,7 @@ def save(out_dir, record, checkpoint, kept):
             device_type = next(iter(checkpoint["model"].values())).device.type
             if device_type in ("cuda", "mps"):  # a resume draws as this run would
                 checkpoint["rng"][device_type] = getattr(torch, device_type).get_rng_state()
-            buffer = io.BytesIO()  # torch's zip writer turns a full disk into an unclear error
+            buffer = io.BytesIO()  # torch's zip writer makes a full disk an unclear error
             torch.save(checkpoint, buffer)
             write_atomic(os.path.join(out_dir, "ckpt.pt"), buffer.getbuffer(), f"; {kept}")
     return bool(distributed.all_sum(MASTER and checkpoint is not None))

@@ -13,18 +13,18 @@ from pathlib import Path, PurePath
 
 from machinery.process import fail
 
-with warnings.catch_warnings():  # without fcntl: "only soft file lock", a lock all the same
+with warnings.catch_warnings():  # without fcntl: "only soft file lock", a lock still
     warnings.simplefilter("ignore")
     import filelock  # locks a folder on POSIX and Windows (torch installs it)
 _held = {}  # the folders this process holds (real paths) and their locks
 
 
-def temporary_path(path):  # where write_atomic writes first: a name no one else's file has
+def temporary_path(path):  # where write_atomic writes first: a name only it uses
     return f"{path}.{os.getpid()}.partial"
 
 
 def write_error(path, error, size=None):
-    """Why a write failed, and what to do: a full disk says the room there is and was needed."""
+    """Why a write failed, and what to do: a full disk says the room it has and needed."""
     folder = os.path.dirname(os.path.abspath(path))
     if error.errno == errno.ENOSPC:
         free = shutil.disk_usage(folder).free if os.path.isdir(folder) else 0
@@ -52,7 +52,7 @@ def write_atomic(path, data, kept=""):
         fail(f"could not write {path}: {write_error(path, e, size)}{kept}")
 
 
-def folder_chain(folder):  # folder and the folders it lies in, outermost first: a, a/b, a/b/c
+def folder_chain(folder):  # folder and those it lies in, outermost first: a, a/b, a/b/c
     path = os.path.normpath(folder)
     return [p for p in map(str, reversed(PurePath(path).parents)) if p != "."] + [path]
 
@@ -83,14 +83,14 @@ def hold_folder(folder, what, command, shared=False):
     line: held by another process (named by the note beside its lock), or not lockable."""
     if os.path.realpath(folder) in _held:
         return
-    # the writer's lock is .held; each reader's .held.<pid>; beside each, .lock(.<pid>): whose
+    # the writer's lock: .held; a reader's: .held.<pid>; beside each, .lock(.<pid>): whose
     mine = os.path.join(folder, f".held.{os.getpid()}" if shared else ".held")
     others = [os.path.join(folder, ".held")] if shared else sorted(
         str(path) for path in Path(folder).glob(".held.*"))
     lock = filelock.FileLock(mine, timeout=0)
     try:
         lock.acquire()
-        for path in others:  # a reader waits out another reader's look at the writer's lock
+        for path in others:  # a reader waits out another's look at the writer's lock
             other = filelock.FileLock(path, timeout=5 * shared)
             other.acquire()
             let_go(other)  # held by no one: a lock file of a process that ended goes
@@ -113,7 +113,7 @@ def hold_folder(folder, what, command, shared=False):
         f.write(f"pid {os.getpid()} ({command}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n")
 
 
-def note_of(lock_file):  # the note beside a lock saying who holds it: .held.12 -> .lock.12
+def note_of(lock_file):  # the note saying who holds a lock: .held.12 -> .lock.12
     folder, name = os.path.split(lock_file)
     return os.path.join(folder, ".lock" + name[len(".held"):])
 
@@ -125,7 +125,7 @@ def let_go(lock):  # release a lock, and remove its file and note
         Path(lock.lock_file).unlink(missing_ok=True)
 
 
-def remove_empty_folders(folder, made):  # up to `made` (make_folder's answer), where empty
+def remove_empty_folders(folder, made):  # up to `made` (make_folder's), where empty
     chain = folder_chain(folder)
     for path in reversed(chain[chain.index(made):] if made else []):
         with suppress(OSError):  # not empty
@@ -135,7 +135,7 @@ def remove_empty_folders(folder, made):  # up to `made` (make_folder's answer), 
 def claim_folder(folder, command, what="--out_dir"):
     """Make and hold folder, and remove the temporary files of writes killed there before
     (of the files the scripts write, never a file of yours)."""
-    atexit.register(remove_empty_folders, folder, make_folder(folder, what))  # none left empty
+    atexit.register(remove_empty_folders, folder, make_folder(folder, what))  # none left
     hold_folder(folder, what, command)
     ours = r"(ckpt\.pt|log\.jsonl|train\.bin|val\.bin|meta\.json)(\.new)?(\.\d+\.partial)+"
     for name in sorted(os.listdir(folder)):

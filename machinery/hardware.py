@@ -1,4 +1,4 @@
-"""The device and its clock: where a script runs (pick_device); train.py's estimate, ETA, MFU."""
+"""The device and its clock: where a script runs; train.py's estimate, ETA and MFU."""
 import math
 import os
 import re
@@ -124,16 +124,16 @@ class Meter:
         self.start = self.last_print = time.time()
         self.start_iter = iter_num
 
-    def step_seconds(self, iter_num):  # measured since the last evaluation, else the estimate
+    def step_seconds(self, iter_num):  # since the last evaluation, else the estimate
         steps = iter_num - self.start_iter
         return (time.time() - self.start) / steps if steps else self.step_estimate
 
-    def eta(self, iter_num, step_seconds):  # the steps, and the evaluations (each eval_interval)
+    def eta(self, iter_num, step_seconds):  # the steps, and the evaluations between
         evals = max(0, self.max_iters // self.eval_interval - (iter_num - 1) // self.eval_interval)
         evals += self.max_iters % self.eval_interval != 0  # and one at max_iters
         return (self.max_iters - iter_num) * step_seconds + evals * self.eval_seconds
 
-    def evaluating(self, iter_num):  # at an evaluation's start: the tokens/s of the steps before
+    def evaluating(self, iter_num):  # at an evaluation's start: the steps' tokens/s
         sync(self.device)
         if self.eval_seconds > 30:
             print(f"eval {iter_num}: evaluating, about {duration(self.eval_seconds)}", flush=True)

@@ -7,10 +7,10 @@ import re
 import signal
 import sys
 
-# SIGINT, SIGTERM, SIGHUP, less those ignored where the script started (`nohup`): they stay so
+# SIGINT, SIGTERM, SIGHUP, less those ignored at the start (`nohup`): they stay ignored
 STOPS = [stop for stop in (getattr(signal, name, None) for name in ("SIGINT", "SIGTERM", "SIGHUP"))
          if stop and signal.getsignal(stop) != signal.SIG_IGN]
-MASTER = int(os.environ.get("RANK", 0)) == 0  # rank 0 speaks for a DDP run (torchrun sets RANK)
+MASTER = int(os.environ.get("RANK", 0)) == 0  # rank 0 speaks for a DDP run
 
 
 def fail(message):
@@ -22,7 +22,7 @@ def machine_error(error, lower):
     """The one line for an error of the machine rather than of the input, else None: out of memory
     (naming the settings to lower), a failed torch.compile, a DDP peer that ended."""
     kinds = type(error).__mro__
-    while getattr(error, "inner_exception", None) is not None:  # a compiler's, inside its own
+    while getattr(error, "inner_exception", None) is not None:  # a compiler's, inside
         error = error.inner_exception
     detail = str(error).strip() or type(error).__name__
     detail = re.sub(r"\[enforce fail at [^]]*\] (data\. )?", "", detail)
@@ -37,7 +37,7 @@ def machine_error(error, lower):
         return (f"torch.compile could not build the model ({type(error).__name__}: "
                 f"{detail[:300]}); use --compile=False"
                 + ", or install a C++ compiler" * bool(no_compiler))
-    # gloo and NCCL fail every exchange with a peer that ended (killed, out of memory elsewhere)
+    # gloo and NCCL fail each exchange with a peer that ended (killed, out of memory)
     lost = re.search(r"Connection (reset|closed) by peer|Broken pipe|peer.*(closed|gone)", detail,
                      re.I)
     if "RANK" in os.environ and (lost or {"DistBackendError", "DistNetworkError"} & {*names}):
@@ -48,7 +48,7 @@ def machine_error(error, lower):
 
 def drop_output():
     """No reader left (a closed pipe): the rest goes to os.devnull; the last flush cannot fail."""
-    with contextlib.suppress(OSError, ValueError):  # a test's stand-in for stdout has no descriptor
+    with contextlib.suppress(OSError, ValueError):  # a test's stdout has no descriptor
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
@@ -59,13 +59,13 @@ def script_start():
         if hasattr(stream, "reconfigure"):  # not when a test has replaced it
             stream.reconfigure(errors="backslashreplace")
 
-    def flush():  # before the interpreter's own last flush, which would print "Exception ignored"
+    def flush():  # before the interpreter's last flush, which prints "Exception ignored"
         try:
             sys.stdout.flush()
         except BrokenPipeError:
             drop_output()
 
-    def stop_once(signum, frame):  # a second stop (a study's runs, then the study) is ignored
+    def stop_once(signum, frame):  # a second stop (a study's runs, then it) is ignored
         for stop in STOPS:  # not SIG_IGN: a stop on its way would print a warning
             signal.signal(stop, lambda *args: None)
         raise KeyboardInterrupt
@@ -91,7 +91,7 @@ def on_ctrl_c(kept, lower="the sizes asked for"):
             return print(f"error: {line}; {said}", file=sys.stderr, flush=True)  # status 1
         if MASTER:
             print(f"interrupted: {said}", file=sys.stderr, flush=True)
-        if "RANK" in os.environ:  # torchrun's own hook prints this one's line once it returns
+        if "RANK" in os.environ:  # torchrun's hook prints this one's line once it returns
             return
         atexit._run_exitfuncs()  # the folders' locks and notes are let go, output flushed
         os._exit(130)  # and no second stop in the interpreter's shutdown
@@ -105,7 +105,7 @@ class StopAfterStep:
     evaluating = None  # the iteration under evaluation
     saved_iter = None  # the iteration of the checkpoint on disk, for the run's last line
 
-    class EvaluationStopped(BaseException):  # not an Exception: no `except Exception` holds it
+    class EvaluationStopped(BaseException):  # no `except Exception` holds it
         pass
 
     def arm(self, step_seconds):  # step_seconds(): how long a step takes

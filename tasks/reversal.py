@@ -15,7 +15,7 @@ START = 10
 SEP = 11
 VOCAB_SIZE = 12
 MAX_LEN = 5
-BLOCK_SIZE = 2 * MAX_LEN + 1  # model input: the full sequence of 2 x 5 + 2 tokens without its last
+BLOCK_SIZE = 2 * MAX_LEN + 1  # the model input: a full sequence (2 x 5 + 2) less its last
 SPLIT_SEED = 0  # the held-out sequences do not change with the training seed
 
 # train.py's settings unless told: the walk-through's 2 + 2 layers of 64 (235,328 parameters),
@@ -33,7 +33,7 @@ def split(held_out_fraction=0.1, max_held_out=200, seed=SPLIT_SEED):
     held_out = {}
     for n in range(1, MAX_LEN + 1):
         codes = rng.permutation(9 ** n)
-        digits = codes[:, None] // 9 ** np.arange(n) % 9 + 1  # each code in base 9, digits 1..9
+        digits = codes[:, None] // 9 ** np.arange(n) % 9 + 1  # each code in base 9: 1..9
         k = min(max_held_out, int(held_out_fraction * len(digits)))  # 0 of the 9 one-digit ones
         held_out[n] = digits[:k]
         train[n] = digits[k:]
