@@ -29,7 +29,7 @@ ALIASES = {
 
 
 def configure(settings, defaults, argv, model_config):
-    """argv's config files and --key=value into `settings` (globals()), checked; the keys set."""
+    """argv's config files and --key=value into settings (globals()); the keys set."""
     if "--help" in argv or "-h" in argv:
         print_help(settings["__file__"], defaults, model_config)
     types = types_of(defaults, model_config)
@@ -83,7 +83,7 @@ def split_args(argv, types=None):
 
 
 def command_line_value(key, text, types):
-    """--key=text's value: a string as typed (--out_dir=2024), True/False in any case, a literal."""
+    """--key=text's value: a string as typed (--out_dir=2024), True/False, a literal."""
     if text is None:
         fail(f"'--{key}' has no value; write --{key}=VALUE or --{key} VALUE (python "
              "train.py --help lists them)")
@@ -129,7 +129,7 @@ def read_config(path):
 
 
 def config_error(path, e):
-    """The one line for a config file that is not there or does not run: where, and the fix."""
+    """The one line for a config file missing or failing to run: where, and the fix."""
     if path.startswith("-"):  # '--' alone, '-key=value'
         return unknown_argument(path, ())
     if isinstance(e, SystemExit):
@@ -156,7 +156,7 @@ def config_error(path, e):
 
 
 def print_help(script, defaults, model_config):
-    """Every setting with its default and the comment beside it in the script or ModelConfig."""
+    """Each setting, its default and its comment in the script or in ModelConfig."""
     comments = {}
     for line in open(script).read().splitlines() + inspect.getsource(model_config).splitlines():
         match = re.match(r"\s*(\w+)\b[^#]*=[^#]*#\s*(.*)", line)

@@ -73,7 +73,7 @@ def prepare_command(dataset, offline=False):
 
 
 def prepare_hint(dataset, tokenizer, compact=False, offline=False):
-    """prepare_command in backquotes, with the tokenizer (and --compact_vocab) the name lacks."""
+    """prepare_command in backquotes, plus a tokenizer, --compact_vocab the name lacks."""
     command = prepare_command(dataset, offline)
     command += f" --tokenizer={tokenizer}" * ("--tokenizer" not in command and tokenizer != "gpt2")
     command += " --compact_vocab" * (compact and "--compact_vocab" not in command)
@@ -123,7 +123,7 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
     for split in ("train", "val"):
         path = os.path.join(data_dir, f"{split}.bin")
         n_tokens = meta.get(f"{split}_tokens")
-        if type(n_tokens) is not int or os.path.getsize(path) != 2 * n_tokens:  # 2 bytes a token
+        if type(n_tokens) is not int or os.path.getsize(path) != 2 * n_tokens:  # 2 B each
             refuse(f"{path} has {os.path.getsize(path) // 2:,} tokens, but meta.json says "
                    f"{split}_tokens={n_tokens!r}: a file cut short, or of another preparation")
         if n_tokens == 0 and split == "val":
@@ -209,7 +209,7 @@ class Batches:
     def windows(self, split, rng, size, rows):
         """Windows of block tokens at random places of split.bin, and the same shifted by one."""
         path = os.path.join(self.source, f"{split}.bin")
-        data = np.memmap(path, dtype=np.uint16, mode="r")  # opened anew: its memory does not grow
+        data = np.memmap(path, dtype=np.uint16, mode="r")  # anew: no memory growth
         ix = rng.integers(len(data) - self.block, size=size)[rows]
         x = torch.from_numpy(np.stack([data[i:i + self.block] for i in ix]).astype(np.int64))
         y = np.stack([data[i + 1:i + 1 + self.block] for i in ix])
@@ -217,7 +217,7 @@ class Batches:
         return x, y
 
     def train(self, it, micro_step):
-        """Micro-batch `micro_step` of iteration `it`: its rows of the step's sequences."""
+        """Micro-batch micro_step of iteration it: its rows of the step's sequences."""
         rows = slice(micro_step * self.batch_size, (micro_step + 1) * self.batch_size)
         rng = np.random.default_rng([self.seed, 0, it, 0])
         rng.integers(2 ** 62)  # micro-step 0's dropout seed first, then the sequences
@@ -236,7 +236,7 @@ class Batches:
 
 
 def window_starts(n_tokens, block):
-    """Start of each window over n_tokens tokens: every token but the first is a target once."""
+    """Window starts over n_tokens tokens: every token but the first a target once."""
     return list(range(0, n_tokens - 1, block))
 
 
@@ -285,7 +285,7 @@ def split_losses(model, data_dir, block, batch_size, device, autocast=None):
         train += losses.sum(), len(losses)
     seen_ids = np.zeros(max(int(train_tokens.max()), int(val_tokens.max())) + 1, dtype=bool)
     seen_ids[np.unique(train_tokens)] = True
-    val = np.zeros(4)  # total loss, tokens; the same over the targets whose id occurs in train.bin
+    val = np.zeros(4)  # total loss, tokens; the same of targets whose id is in train.bin
     for targets, losses in window_losses(model, val_tokens, block, batch_size, device, None,
                                          autocast):
         seen = seen_ids[targets]
@@ -309,7 +309,7 @@ def introduce_run(model, batch_size, gradient_accumulation_steps, max_iters, eva
         seconds.append(time.perf_counter() - t0)
     micro_steps = gradient_accumulation_steps
     step = min(seconds) * batch_size / rows * micro_steps
-    # eval_iters batches of each split an evaluation, each a forward pass: a third of a micro-step
+    # an evaluation: eval_iters batches a split, forward passes: a third of a micro-step
     evals = 2 * eval_iters * (max_iters // eval_interval + 1) * step / micro_steps / 3
     tokens = max_iters * gradient_accumulation_steps * batch_size * c.context_size
     cpu = {"baseline": "cpu_baseline", "parallel": "cpu_parallel"}.get(

@@ -108,7 +108,7 @@ def main(argv=None):
             hint = prepare_hint(dataset, meta["tokenizer"], "compact_vocab" in meta)
             fail(f"data/{dataset}/ not found here, beside {args.out_dir} or above it, or "
                  f"in the repository: prepare it ({hint}), or give --input=FILE")
-        # held against a new preparation, then whole and the tokens and text it was trained on
+        # held against a new preparation; whole, the tokens and text it was trained on
         hold_folder(found[0], "--dataset", "evaluate.py", shared=True)
         check_dataset(dataset, 0, model.config.vocab_size, meta, found[0])
         source = os.path.join(found[0], f"{args.split}.bin")

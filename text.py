@@ -66,7 +66,7 @@ def get_tokenizer(name, compact_vocab=None, unknown=None):
 
 
 def checkpoint_tokenizer(checkpoint, ckpt_path, unknown=None):
-    """get_tokenizer's four from a checkpoint's dataset_meta, checked against the model."""
+    """get_tokenizer's four of a checkpoint's dataset_meta, checked against the model."""
     meta = checkpoint["dataset_meta"]
     vocab_size = checkpoint["model_config"].get("vocab_size")
     tokenizer, compact = meta.get("tokenizer"), meta.get("compact_vocab")
@@ -108,7 +108,7 @@ def read_text(path):
 
 
 def split_wikitext(text, name):
-    """WikiText-style text as articles, split at title lines; any before the first: `name`."""
+    """WikiText-style text as articles, split at title lines; text before any: `name`."""
     title_line = re.compile(r"^= (?!=)(.+) =$")  # '= Title =' but not '= = Section = ='
     lines = text.splitlines(keepends=True)
     starts = [i for i, line in enumerate(lines) if title_line.match(line.strip())]

@@ -66,7 +66,7 @@ overwrite = False  # True: a fresh run may replace the checkpoint and log in out
 always_save_checkpoint = True  # False: save only when the val loss improves
 seed = 1337  # random seed of the initial weights, batches and dropout
 device = "auto"  # auto (cuda, then mps, then cpu) | cpu | cuda | cuda:N | mps
-dtype = "auto"  # auto (GPU: bfloat16 or float16; CPU: float32), float32, bfloat16, float16
+dtype = "auto"  # auto (a GPU: bfloat16 or float16, else float32) or one of those
 compile = False  # torch.compile the model (one GPU, one micro-batch a step: CUDA graphs)
 wandb_log = False  # log to Weights & Biases too (pip install wandb; WANDB_MODE=offline)
 wandb_project = "ar-encoder-decoder"  # its Weights & Biases project
@@ -94,7 +94,7 @@ if init_from == "resume":  # the checkpoint's settings fill in every key not set
     trained = checkpoint["dataset_meta"]
 task = None  # a generated task: as the checkpoint records it, else by its name
 if ("task" in trained) if trained is not None else is_task(dataset):
-    if trained is None and os.path.isdir(os.path.join("data", dataset)):  # one thing a name
+    if trained is None and os.path.isdir(os.path.join("data", dataset)):  # no clash
         process.fail(f"--dataset={dataset} names both the task tasks/{dataset}.py and "
                      f"the dataset folder data/{dataset}/; rename one of them (prepare "
                      "the text again with another --name)")
@@ -137,7 +137,7 @@ if errors:
     process.fail(errors[0])
 resumed_device = {"device", "dtype"} & restored.keys()
 device, dtype = hardware.pick_device(device, dtype, ckpt_path if resumed_device else None)
-if dataset == "wikitext103" and not os.path.exists(os.path.join("data", dataset)):  # say so
+if dataset == "wikitext103" and not os.path.exists(os.path.join("data", dataset)):
     introduce_run(build_model(config), batch_size, gradient_accumulation_steps, max_iters,
                   eval_iters, eval_interval, device)
 train_config = {k: globals()[k] for k in defaults}  # saved in checkpoints
@@ -171,7 +171,7 @@ checkpoint = None  # free the memory
 return_logits = logits_needed(config, device_type, batch_size * block)
 model = raw_model
 if compile:  # a failure: one line naming --compile=False (process.machine_error)
-    # one GPU, no accumulation: as CUDA graphs; not elsewhere: a replay writes its gradients
+    # one GPU, no accumulation: CUDA graphs; not elsewhere: a replay writes its gradients
     # into the last one's buffers, which .grad may still hold (PyTorch issue 96693)
     one_gpu_step = device_type == "cuda" and world_size == gradient_accumulation_steps == 1
     model = torch.compile(raw_model, mode="reduce-overhead" if one_gpu_step else None)
@@ -222,7 +222,7 @@ def evaluation():
         speed = meter.evaluating(iter_num)
         return {"iter": iter_num, "tokens": tokens_seen, **estimate_loss(),
                 "lr": get_lr(iter_num, **schedule),
-                "grad_norm": None if grad_norm is None else grad_norm.item(),  # inf: skipped
+                "grad_norm": None if grad_norm is None else grad_norm.item(),
                 **({"grad_scale": scaler.get_scale()} if scaler.is_enabled() else {}),
                 "tokens_per_sec": speed, "mfu": speed and meter.mfu(speed)}
 

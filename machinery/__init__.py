@@ -1,1 +1,1 @@
-"""How the scripts stop, run as several processes, write files and runs, and use the device."""
+"""How scripts stop, run as several processes, write files and runs, use the device."""

@@ -21,7 +21,7 @@ NEEDED = {"model": dict, "model_config": dict, "train_config": dict, "dataset_me
 
 
 def read_checkpoint(ckpt_path, device, fix):
-    """The checkpoint at ckpt_path, with all this code needs, or one line saying what is wrong."""
+    """The checkpoint at ckpt_path, holding all this code needs, or one line: why not."""
     if not os.path.isfile(ckpt_path):
         fail(f"no checkpoint at {ckpt_path}; train one with train.py --out_dir="
              f"{os.path.dirname(ckpt_path)}, or point --out_dir at a run's folder")
@@ -158,7 +158,7 @@ def write_log(out_dir, checkpoint):
     text = "".join(json.dumps(record) + "\n" for record in checkpoint["log"]).encode()
     if os.path.isfile(path) and Path(path).read_bytes() == text:
         return
-    new = temporary_path(path)  # whole before the old log moves: a full disk changes nothing
+    new = temporary_path(path)  # whole before the old moves: a full disk changes nothing
     write_atomic(new, text, f"; the checkpoint {out_dir}/ckpt.pt (iteration "
                             f"{checkpoint['iter_num']}) is kept: resume it again")
     if os.path.lexists(path):
@@ -175,7 +175,7 @@ def restore(checkpoint, model, optimizer, scaler):
     line. Returns (iter_num, best_val_loss, tokens seen, grad_norm, the records logged)."""
     rng = checkpoint["rng"]
     device_type = next(model.parameters()).device.type
-    try:  # weights of another shape, an optimizer of another model, a random state not a tensor
+    try:  # weights of another shape or model, a random state not a tensor
         model.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         if scaler.is_enabled() and checkpoint["scaler"]:  # float16 resumed exactly

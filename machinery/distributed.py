@@ -1,4 +1,4 @@
-"""Processes training as one (DDP, by torchrun), each stop taken by all: none waits for others."""
+"""Processes training as one (DDP, by torchrun), each stop taken by all: none waits."""
 import math
 import os
 import sys
@@ -11,7 +11,7 @@ from machinery.process import fail
 
 ddp = "RANK" in os.environ  # started by torchrun
 device = "cpu"  # this process's device, set by start
-flags = None  # with NCCL, a gloo group for yes-or-no questions, answered without waiting for a GPU
+flags = None  # with NCCL, a gloo group for yes-or-no questions: no wait for a GPU
 
 
 def start(device_asked, batch_size, gradient_accumulation_steps):
@@ -23,7 +23,7 @@ def start(device_asked, batch_size, gradient_accumulation_steps):
         return 0, 1, device
     dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
     world_size = dist.get_world_size()
-    if gradient_accumulation_steps % world_size:  # the processes share each step's micro-batches
+    if gradient_accumulation_steps % world_size:  # each step's micro-batches, shared
         fail(f"gradient_accumulation_steps={gradient_accumulation_steps} must be "
              f"divisible by the {world_size} processes; e.g. "
              f"--gradient_accumulation_steps={math.lcm(gradient_accumulation_steps, world_size)} "
@@ -42,7 +42,7 @@ def wrap(model, device_type):  # under DDP: the gradients averaged over the proc
     return torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
 
 
-def all_sum(value):  # over the processes (DDP; on the CPU where there are flags), else value
+def all_sum(value):  # over the processes (DDP; on a CPU, with flags), else value
     if not ddp:
         return value
     total = torch.tensor([value], dtype=torch.double, device="cpu" if flags is not None else device)

@@ -58,7 +58,7 @@ def folder_chain(folder):  # folder and those it lies in, outermost first: a, a/
 
 
 def make_folder(folder, what="--out_dir"):
-    """Make folder, or stop in one line saying why not; returns the outermost folder it made."""
+    """Make folder, or stop in one line saying why not; return the outermost one made."""
     made = next((path for path in folder_chain(folder) if not os.path.lexists(path)), None)
     try:
         folder.encode("utf-8")  # bytes that are not UTF-8 arrive from the command line so
@@ -107,7 +107,7 @@ def hold_folder(folder, what, command, shared=False):
              f"in the way, or use another {what} on a file system with locks")
     _held[os.path.realpath(folder)] = lock
     atexit.register(let_go, lock)
-    Path(note_of(mine)).unlink(missing_ok=True)  # a link in its place: the link goes, not its file
+    Path(note_of(mine)).unlink(missing_ok=True)  # a link there goes, not its file
     with suppress(OSError), open(note_of(mine), "x", encoding="utf-8",
                                  errors="backslashreplace") as f:
         f.write(f"pid {os.getpid()} ({command}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n")

@@ -29,13 +29,13 @@ def pick_device(device, dtype="float32", resumed_from=None):
              "use --device=auto or --device=cpu")
     if picked == "mps" and dtype not in ("auto", "float32"):
         fail(f"{where}dtype={dtype!r} on mps is not supported; use --dtype=float32 or auto")
-    if dtype == "auto":  # not torch.cuda.is_bf16_supported(): it counts a T4's slow emulated bf16
+    if dtype == "auto":  # not is_bf16_supported(), which counts a T4's slow emulated bf16
         bf16 = picked.startswith("cuda") and torch.cuda.get_device_capability(picked)[0] >= 8
         dtype = "bfloat16" if bf16 else "float16" if picked.startswith("cuda") else "float32"
     if picked == "cpu" and dtype != "float32":
         print(f"note: {dtype} autocast on the CPU is slow; it is here to test the code "
               "path a GPU takes", flush=True)
-    # a thread per free core (OMP_NUM_THREADS=N chooses): one waiting makes every step wait (50x)
+    # a thread per free core (OMP_NUM_THREADS=N chooses): one waiting slows each step 50x
     if picked == "cpu" and "OMP_NUM_THREADS" not in os.environ and hasattr(os, "getloadavg"):
         load = os.getloadavg()[0]
         threads = max(1, min(torch.get_num_threads(), round(os.cpu_count() - load)))
@@ -48,7 +48,7 @@ def pick_device(device, dtype="float32", resumed_from=None):
 
 
 def sync(device):
-    """Wait for the device's queued work, so that a timer measures it (a GPU is asynchronous)."""
+    """Wait for the queued work, so that a timer measures it (a GPU is asynchronous)."""
     if str(device).startswith(("cuda", "mps")):
         getattr(torch, str(device).split(":")[0]).synchronize()
 
@@ -74,7 +74,7 @@ def duration(seconds):
 
 
 def percent(fraction):
-    """At least two significant digits: 45%, 5.2%, 0.031% (a tiny model on a GPU is not 0.0%)."""
+    """Two significant digits at least: 45%, 5.2%, 0.031% (a tiny GPU model: not 0.0%)."""
     p = 100 * fraction
     return f"{p:.{max(0, 1 - math.floor(math.log10(p)))}f}%" if p > 0 else "0%"
 
@@ -92,7 +92,7 @@ class Meter:
         cpu = device == "cpu"
         self.peak_flops = matmul_peak(device, torch.float32 if cpu else dtype, 4096 >> 2 * cpu, 10)
         self.eval_start = None
-        self.step_estimate = 0.0  # estimate() times it, on rank 0; a stop on another asks for it
+        self.step_estimate = 0.0  # estimate() times it on rank 0; a stop elsewhere asks
 
     def estimate(self, model, batches, autocast, return_logits, eval_iters, source, micro_steps,
                  iter_num):
@@ -144,7 +144,7 @@ class Meter:
     def mfu(self, tokens_per_sec):
         return self.flops_per_token * tokens_per_sec / self.peak_flops
 
-    def progress(self, iter_num, due):  # a progress line's speed, when due or after a minute
+    def progress(self, iter_num, due):  # a progress line's speed, due or after a minute
         if not due and time.time() - self.last_print < 60:
             return None
         self.last_print = time.time()

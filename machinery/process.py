@@ -88,7 +88,7 @@ def on_ctrl_c(kept, lower="the sizes asked for"):
             return sys.__excepthook__(kind, value, tb)
         said = kept() if callable(kept) else kept
         if line is not None:  # in any process: it may be the only one short of memory
-            return print(f"error: {line}; {said}", file=sys.stderr, flush=True)  # status 1
+            return print(f"error: {line}; {said}", file=sys.stderr, flush=True)  # exit 1
         if MASTER:
             print(f"interrupted: {said}", file=sys.stderr, flush=True)
         if "RANK" in os.environ:  # torchrun's hook prints this one's line once it returns

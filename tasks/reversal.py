@@ -27,14 +27,14 @@ DEFAULTS = dict(n_layer=2, n_embed=64, n_head=4, seed=0,
 
 
 def split(held_out_fraction=0.1, max_held_out=200, seed=SPLIT_SEED):
-    """Every digit sequence of each length, as {length: (n_seq, length) array}: train, held-out."""
+    """Each length's digit sequences, {length: (n_seq, length) array}: train, held-out."""
     rng = np.random.default_rng(seed)
     train = {}
     held_out = {}
     for n in range(1, MAX_LEN + 1):
         codes = rng.permutation(9 ** n)
         digits = codes[:, None] // 9 ** np.arange(n) % 9 + 1  # each code in base 9: 1..9
-        k = min(max_held_out, int(held_out_fraction * len(digits)))  # 0 of the 9 one-digit ones
+        k = min(max_held_out, int(held_out_fraction * len(digits)))  # 0 of 9 one-digit
         held_out[n] = digits[:k]
         train[n] = digits[k:]
     return train, held_out
@@ -49,7 +49,7 @@ def sequences(split_name):
 
 
 def encode(xs):
-    """Digit sequences -> (inputs, targets), (B, BLOCK_SIZE); targets -1 but on reversed(x)."""
+    """Sequences -> (inputs, targets), (B, BLOCK_SIZE); targets -1 but on reversed(x)."""
     seq = np.full((len(xs), BLOCK_SIZE + 1), PAD, dtype=np.int64)
     targets_mask = np.zeros((len(xs), BLOCK_SIZE), dtype=bool)
     for i, x in enumerate(xs):
@@ -62,7 +62,7 @@ def encode(xs):
 
 
 def batch_of(sequences, batch_size, rng):
-    """A batch, lengths drawn uniformly (long sequences would otherwise swamp the short ones)."""
+    """A batch, lengths drawn uniformly (else the long sequences swamp the short)."""
     lengths = [n for n in sequences if len(sequences[n])]
     xs = [sequences[n][rng.integers(len(sequences[n]))]
           for n in rng.choice(lengths, size=batch_size)]
@@ -70,13 +70,13 @@ def batch_of(sequences, batch_size, rng):
 
 
 def get_batch(split_name, size, rng):
-    """A batch of `size` training ("train") or held-out ("val") sequences, drawn by rng."""
+    """A batch of size training ("train") or held-out ("val") sequences, drawn by rng."""
     return batch_of(sequences(split_name), size, rng)
 
 
 @torch.no_grad()
 def accuracy(model, sequences, device, batch_size=1024):
-    """Exact-sequence accuracy: after [START] x [SEP], greedy decoding writes reversed(x)."""
+    """Exact accuracy: after [START] x [SEP], greedy decoding writes reversed(x)."""
     was_training = model.training
     model.eval()
     correct = 0
@@ -93,7 +93,7 @@ def accuracy(model, sequences, device, batch_size=1024):
 
 
 def score(model, split_name, device):
-    """(accuracy, number of sequences) on the held-out sequences ("val") or the training ones."""
+    """(accuracy, number of sequences) on the held-out ("val") or training sequences."""
     chosen = sequences(split_name)
     return accuracy(model, chosen, device), sum(len(xs) for xs in chosen.values())
 
