@@ -23,7 +23,7 @@ import torch
 from configurator import add_flag, argument_parser
 from data import check_dataset, load_task, prepare_hint, window_losses, window_starts
 from machinery.checkpoints import load_checkpoint
-from machinery.files import folder_chain, hold_folder
+from machinery.files import folder_chain, hold_folder, release_folder
 from machinery.hardware import pick_device
 from machinery.process import fail, on_ctrl_c
 from model import ModelConfig, build_model
@@ -132,6 +132,7 @@ def main(argv=None):
                             autocast=autocast, progress=progress)
     for targets, losses in windows:
         figures = summarize(losses, targets, byte_lengths, totals)
+    release_folder(os.path.dirname(source))  # read: a preparation may go on (main called again)
     result = {"out_dir": args.out_dir, "source": source, **figures,
               "tokens_outside_vocab": len(unknown),
               "windows": len(window_starts(len(tokens), block)), "context_size": block}

@@ -145,8 +145,8 @@ def claim_folder(folder, command, what="--out_dir"):
 
 
 def release_folder(folder):
-    """Let go of a folder this process holds alone, for a caller that goes on after its work
-    there (prepare_wikipedia.main called from Python, then a run on what it prepared)."""
+    """Let go of a folder this process holds, for a caller that goes on after its work there
+    (prepare_wikipedia.main or evaluate.main called from Python, then other work)."""
     lock = _held.pop(os.path.realpath(folder), None)
     if lock is not None:
         let_go(lock)

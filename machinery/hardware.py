@@ -22,8 +22,9 @@ def pick_device(device, dtype="float32", resumed_from=None):
     where = f"{resumed_from} ran with device={device!r}, dtype={dtype!r}; here " if resumed_from \
         else ""
     if picked.startswith("cuda") and int(picked[5:] or 0) >= gpus:
-        fail(f"{where}device={device!r} but " + (f"there are only {gpus} CUDA devices; "
-             "use --device=cuda:0" if gpus else "CUDA is not available; use --device=auto or cpu"))
+        fail(f"{where}device={device!r} but " + (f"there are only {gpus} CUDA devices; use "
+             "--device=cuda:0" if gpus else "CUDA is not available here; use --device=auto or "
+             "--device=cpu"))
     if picked == "mps" and not mps:
         fail(f"{where}device='mps' but MPS (the GPU of Apple silicon) is not available; "
              "use --device=auto or --device=cpu")

@@ -32,7 +32,8 @@ def machine_error(error, lower):
     if ("MemoryError" in names or "OutOfMemoryError" in names
             or re.search(r"out of memory|DefaultCPUAllocator|can't allocate memory", detail, re.I)):
         return f"out of memory ({detail}); lower {lower}"
-    if any(kind.__module__.startswith(("torch._dynamo", "torch._inductor")) for kind in kinds):
+    if "BackendCompilerFailed" in names or any(
+            kind.__module__.startswith(("torch._dynamo", "torch._inductor")) for kind in kinds):
         no_compiler = re.search(r"compiler|g\+\+|gcc|\bcc\b|cl\.exe|CalledProcessError", detail)
         return (f"torch.compile could not build the model ({type(error).__name__}: "
                 f"{detail[:300]}); use --compile=False"
