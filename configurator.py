@@ -47,23 +47,23 @@ def configure(settings, defaults, argv, model_config):
 def types_of(defaults, model_config):
     """The type each setting takes: its default's, or its ModelConfig field's."""
     types = {k: type(v) for k, v in defaults.items()}
-    types.update({f.name: (typing.get_args(f.type) or (f.type,))[0]  # Optional[int] -> int
-                  for f in dataclasses.fields(model_config)})
+    types.update({f.name: (typing.get_args(f.type) or (f.type,))[0]
+                  for f in dataclasses.fields(model_config)})  # Optional[int] -> int
     return types
 
 
 def apply(settings, defaults, pairs, source, model_config):
-    """The (name, value) pairs from source (a config file, the command line, a checkpoint's
-    settings, a task's DEFAULTS) into settings, each a setting of its type, or one line."""
+    """The (name, value) pairs of source (a config file, the command line, a checkpoint's
+    settings, tasks' DEFAULTS) into settings, each a setting of its type, or one line."""
     types = types_of(defaults, model_config)
     for name, value in pairs:
         settings[name] = checked(name, value, types, defaults, source)
 
 
 def split_args(argv, types=None):
-    """(key, text) of each --key=value, --key value and bare --flag; (None, arg) of anything else.
-    A key takes the next argument unless that is an option (or, for a bool, a .py file); with none,
-    a bool (or another script's key, not in types) is "True", another setting None."""
+    """(key, text) of each --key=value, --key value, bare --flag; (None, arg) of others. A
+    key takes the next argument unless it is an option (or, for a bool, a .py file); with
+    none, a bool or another script's key (not in types) is "True", other settings None."""
     types = types or {}
     args = list(argv)
     pairs = []
@@ -199,8 +199,8 @@ def unknown_argument(arg, known, command="python train.py"):
 
 
 def argument_parser(doc, command):
-    """argparse for a script other than train.py: --help prints doc and each flag's default; no
-    abbreviated names; bad input is one line `error: ...` (an unknown key: train.py's line)."""
+    """argparse for any script but train.py: --help prints doc and each flag's default; no
+    abbreviations; bad input is one line `error: ...` (unknown key: train.py's line)."""
     class Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
         pass  # the docstring as written, and each default
 

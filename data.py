@@ -1,5 +1,5 @@
-"""The datasets of data/ (checked once, whole) and the tasks of tasks/; a run's batches; the windows
-that read every token once (evaluate.py, and train.py with eval_iters=0). Tokenizers: text.py."""
+"""Datasets of data/ (checked once, whole), tasks of tasks/, a run's batches, the windows
+that read every token once (evaluate.py; train.py, eval_iters=0). Tokenizers: text.py."""
 import glob
 import hashlib
 import importlib
@@ -28,8 +28,8 @@ def is_task(name):
 
 
 def load_task(name, settings=()):
-    """The module tasks/<name>.py, checked against the interface (and its DEFAULTS keys against
-    train.py's settings), or one line saying what it lacks or why it does not import."""
+    """The module tasks/<name>.py, checked against the interface (and its DEFAULTS keys
+    against train.py's settings), or one line: what it lacks or why it does not import."""
     path = os.path.join(TASKS, f"{name}.py")
     try:
         task = importlib.import_module(f"tasks.{name}")
@@ -61,8 +61,8 @@ def prepare_command(dataset, offline=False):
         files = ["train", "valid", "test"] if split == "all" else [split, val]
         paths = " ".join(f"PATH/{name}.txt" for name in files if name)
         return (f"python prepare_wikipedia.py --wikitext2={split} --tokenizer={tokenizer}"
-                + f" --wikitext2_val={val}" * bool(val) + " --compact_vocab" * bool(compact)
-                + f" --input {paths}" * offline)
+                + f" --wikitext2_val={val}" * bool(val)
+                + " --compact_vocab" * bool(compact) + f" --input {paths}" * offline)
     if wikitext103:
         train, val, byte, compact = wikitext103.groups()
         return ("python prepare_wikipedia.py --wikitext103"
@@ -81,9 +81,9 @@ def prepare_hint(dataset, tokenizer, compact=False, offline=False):
 
 
 def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
-    """data/<dataset>'s (or data_dir's) meta.json, once its token files are checked whole, of one
-    preparation, fit for the run (block, vocab_size: None, or 256 or less for byte tokens) and,
-    given the checkpoint's record (trained), the tokens and text a model was trained on."""
+    """data/<dataset>'s (or data_dir's) meta.json, its token files checked whole, of one
+    preparation, fit for the run (block; vocab_size: None, or up to 256 for byte tokens)
+    and, given trained (a checkpoint's record), of the tokens and text its model saw."""
     data_dir = data_dir or os.path.join("data", dataset)
     # the tokenizer to prepare with: the model's, else meta.json's, else the run's vocab's
     tokenizer = (trained or {}).get("tokenizer")
@@ -141,12 +141,12 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
             if key in meta and meta[key] != found():
                 refuse(f"{path} does not hold the tokens meta.json was written for ({key} "
                        f"differs): files of different preparations, or a damaged file")
-    keys = ["tokenizer", "vocab_size", "compact_vocab", "train_token_sum", "val_token_sum",
-            "train_sha256", "val_sha256"]
+    keys = ["tokenizer", "vocab_size", "compact_vocab", "train_token_sum",
+            "val_token_sum", "train_sha256", "val_sha256"]
     changed = [key for key in keys if trained and key in trained and trained[key] != meta.get(key)]
     if changed:
-        what = "its tokens" if set(changed) & {"tokenizer", "vocab_size", "compact_vocab"} else \
-            "its text"
+        what = "its tokens" if set(changed) & {"tokenizer", "vocab_size",
+                                               "compact_vocab"} else "its text"
         command = prepare_hint(dataset, trained["tokenizer"], "compact_vocab" in trained)
         fail(f"{data_dir} was prepared again since this model was trained on it ({what} "
              f"differ: {', '.join(changed)}); prepare it as it was for training: "
@@ -168,9 +168,9 @@ def file_sha256(path):
 
 
 def open_dataset(dataset, task, context_size, vocab_size, command, trained=None):
-    """(source, block, vocab_size, meta): the task module or data/<dataset> (held till the run
-    ends, checked whole); a sequence's tokens; the run's, else the dataset's vocab_size; meta.json
-    ({"task": name} for a task). trained: a resumed checkpoint's record of its data."""
+    """(source, block, vocab_size, meta): the task module or data/<dataset> (held till the
+    run ends, checked whole); tokens a sequence; the run's vocab_size, else the dataset's;
+    meta.json ({"task": name} for a task). trained: a resumed checkpoint's data record."""
     if task is not None:
         if context_size < task.BLOCK_SIZE:
             fail(f"context_size={context_size} is too short for {dataset} sequences of "
@@ -207,7 +207,7 @@ class Batches:
         return x.to(self.device), y.to(self.device)
 
     def windows(self, split, rng, size, rows):
-        """Windows of block tokens at random places of split.bin, and the same shifted by one."""
+        """(x, y): block-token windows at random places of split.bin, y shifted by one."""
         path = os.path.join(self.source, f"{split}.bin")
         data = np.memmap(path, dtype=np.uint16, mode="r")  # anew: no memory growth
         ix = rng.integers(len(data) - self.block, size=size)[rows]
@@ -243,9 +243,9 @@ def window_starts(n_tokens, block):
 @torch.no_grad()
 def window_losses(model, tokens, block, batch_size, device, starts=None, autocast=None,
                   progress=None):
-    """Yields (targets, losses) of each batch of windows at `starts` (default: window_starts, so
-    every token of `tokens` but the first, in text order), as int64 and float64 arrays, the model in
-    eval mode (no dropout); nothing is kept from batch to batch, so memory does not grow."""
+    """Yields (targets, losses), int64 and float64 arrays, of each batch of windows at
+    `starts` (default window_starts: every token of `tokens` but the first, in order),
+    the model in eval (no dropout); nothing kept between batches: no memory growth."""
     was_training = model.training
     model.eval()
     starts = window_starts(len(tokens), block) if starts is None else starts
@@ -273,21 +273,21 @@ def split_losses(model, data_dir, block, batch_size, device, autocast=None):
     """{"train_loss", "val_loss", "val_loss_seen_ids"}: the mean loss over every token of
     val.bin once, and over as many windows of train.bin spread evenly, 512 at most
     (train.py's evaluation with eval_iters=0); val_loss_seen_ids leaves out the val tokens
-    whose id never occurs in train.bin (no model can learn them; their logits only fall)."""
+    whose id is not in train.bin (no model can learn them; their logits only fall)."""
     val_tokens = np.memmap(os.path.join(data_dir, "val.bin"), dtype=np.uint16, mode="r")
     train_tokens = np.memmap(os.path.join(data_dir, "train.bin"), dtype=np.uint16, mode="r")
     # 512 x context_size: a precise enough mean
     n_windows = min(512, len(window_starts(len(val_tokens), block)))
     train_starts = np.linspace(0, len(train_tokens) - block - 1, n_windows).astype(int).tolist()
     train = np.zeros(2)  # total loss, tokens
-    for _, losses in window_losses(model, train_tokens, block, batch_size, device, train_starts,
-                                   autocast):
+    for _, losses in window_losses(model, train_tokens, block, batch_size, device,
+                                   train_starts, autocast):
         train += losses.sum(), len(losses)
     seen_ids = np.zeros(max(int(train_tokens.max()), int(val_tokens.max())) + 1, dtype=bool)
     seen_ids[np.unique(train_tokens)] = True
     val = np.zeros(4)  # total loss, tokens; the same of targets whose id is in train.bin
-    for targets, losses in window_losses(model, val_tokens, block, batch_size, device, None,
-                                         autocast):
+    for targets, losses in window_losses(model, val_tokens, block, batch_size, device,
+                                         None, autocast):
         seen = seen_ids[targets]
         val += losses.sum(), len(losses), losses[seen].sum(), seen.sum()
     return {"train_loss": float(train[0] / train[1]), "val_loss": float(val[0] / val[1]),
@@ -296,8 +296,8 @@ def split_losses(model, data_dir, block, batch_size, device, autocast=None):
 
 def introduce_run(model, batch_size, gradient_accumulation_steps, max_iters, eval_iters,
                   eval_interval, device):
-    """Where the write-up's data is not prepared, before anything is written: what the run is, its
-    time here (one step on random tokens, timed), how to prepare its data, and a CPU-sized run."""
+    """Where the write-up's data is not prepared, before anything is written: the run, its
+    time here (one step on random tokens, timed), preparing its data, a CPU-sized run."""
     c = model.config
     rows = min(batch_size, 4)  # a few sequences, timed, then scaled to the micro-batch
     x = torch.randint(c.vocab_size, (rows, c.context_size), device=device)

@@ -7,8 +7,8 @@ Transformer" (Yan, 2024), its earlier draft's parallel one, or the decoder-only 
     python train.py --help                      # every setting, its default and meaning
     torchrun --standalone --nproc_per_node=8 train.py config/paper_baseline.py   # DDP
 
-A step's sequences depend on (seed, iteration) alone (data.Batches): a resumed and a DDP run log
-an unbroken run's losses; a step split into other micro-batches takes the same gradients.
+A step's sequences depend on (seed, iteration) only (data.Batches): resumed and DDP runs
+log an unbroken run's losses; other micro-batch splits of a step take the same gradients.
 """
 import dataclasses
 import math
@@ -25,8 +25,7 @@ from data import Batches, introduce_run, is_task, load_task, open_dataset, split
 from machinery import checkpoints, distributed, hardware, process
 from model import ModelConfig, build_model, get_lr, logits_needed
 
-# from stop.arm, a stop finishes its step, saves it, then ends the run
-stop = process.StopAfterStep()
+stop = process.StopAfterStep()  # armed: a stop finishes the step, saves it, ends the run
 
 
 def kept():
@@ -75,8 +74,8 @@ wandb_run_name = ""  # its run name; "" means out_dir
 globals().update(dict.fromkeys(ModelConfig.flags()))
 # -----------------------------------------------------------------------------
 # config: `python train.py [config/file.py ...] [--key=value ...]`, later ones win
-defaults = {k: v for k, v in globals().items()
-            if not k.startswith("_") and isinstance(v, (bool, int, float, str, type(None)))}
+defaults = {k: v for k, v in globals().items() if not k.startswith("_")
+            and isinstance(v, (bool, int, float, str, type(None)))}
 user_set = configure(globals(), defaults, sys.argv[1:], ModelConfig)
 out_dir = out_dir or os.path.join("out", dataset)  # each dataset its own folder
 ckpt_path = os.path.join(out_dir, "ckpt.pt")
@@ -162,7 +161,8 @@ batches = Batches(source, block, batch_size, gradient_accumulation_steps, seed, 
 config = dataclasses.replace(config, vocab_size=vocab_size)
 torch.manual_seed(seed)  # the same initial weights in every process
 raw_model = build_model(config).to(device)
-optimizer = raw_model.configure_optimizer(weight_decay, learning_rate, (beta1, beta2), device_type)
+optimizer = raw_model.configure_optimizer(weight_decay, learning_rate, (beta1, beta2),
+                                          device_type)
 iter_num, best_val_loss, tokens_seen, grad_norm, logged, wandb_run = checkpoints.start(
     checkpoint, raw_model, optimizer, scaler, train_config, command)
 stop.saved_iter = iter_num if checkpoint is not None else None
@@ -215,7 +215,7 @@ def every_token_loss():
 
 def evaluation():
     """An evaluation's record: its losses, then the last steps' lr, gradient norm, speed.
-    None where a stop comes before or during it: the step is saved; a resume evaluates it."""
+    None if a stop comes before or during it: the step is saved; a resume evaluates it."""
     if stop.requested:
         return None
     with stop.evaluation(iter_num):  # a stop ends it at once
@@ -229,7 +229,7 @@ def evaluation():
 
 def save(record):
     """Log rank 0's evaluation record (None: none, or a stop ended it), save a checkpoint
-    of this step: always, or where the val loss improves (always_save_checkpoint=False)."""
+    of this step: always, or if the val loss improves (always_save_checkpoint=False)."""
     global best_val_loss
     improved = record is not None and record["val_loss"] < best_val_loss
     checkpoint = None
@@ -241,8 +241,8 @@ def save(record):
             "model_config": dataclasses.asdict(config), "model": raw_model.state_dict(),
             "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
             "iter_num": iter_num,  # the data's position too: batches depend on (seed, it)
-            "tokens": tokens_seen, "best_val_loss": best_val_loss, "train_config": train_config,
-            "wandb_run_id": wandb_run and wandb_run.id,
+            "tokens": tokens_seen, "best_val_loss": best_val_loss,
+            "train_config": train_config, "wandb_run_id": wandb_run and wandb_run.id,
             "log": logged,  # a resume writes log.jsonl from it
             "dataset_meta": meta,  # what it trained on: a task, or text and its tokenizer
             "grad_norm": None if grad_norm is None else grad_norm.item(),  # for a resume
@@ -259,8 +259,8 @@ def save(record):
 
 
 tokens_per_iter = gradient_accumulation_steps * batch_size * block
-meter = hardware.Meter(raw_model.flops_per_token(block) / world_size, tokens_per_iter, max_iters,
-                       eval_interval, device, ptdtype)
+meter = hardware.Meter(raw_model.flops_per_token(block) / world_size, tokens_per_iter,
+                       max_iters, eval_interval, device, ptdtype)
 if master:
     processes = f"{world_size} process{'es' * (world_size > 1)}"
     print(f"{config.variant}: {raw_model.num_params():,} parameters; {tokens_per_iter:,} "
@@ -301,8 +301,8 @@ while True:
             # the mean over the global batch, once DDP has averaged
             scaler.scale(loss / len(my_micro_steps)).backward()
     scaler.unscale_(optimizer)  # float16: the true gradients, for clipping and the log
-    # the norm before clipping
-    grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), grad_clip or float("inf"))
+    grad_norm = torch.nn.utils.clip_grad_norm_(  # the norm before clipping
+        raw_model.parameters(), grad_clip or float("inf"))
     scaler.step(optimizer)  # float16: a gradient overflowed: no step, the scale halves
     scaler.update()
     optimizer.zero_grad(set_to_none=True)

@@ -1,5 +1,5 @@
-"""A run's folder: ckpt.pt is the run's record (weights, optimizer, settings, what it trained on,
-its log), checked once as it is read; log.jsonl is written from the log the checkpoint carries."""
+"""A run's folder: ckpt.pt, the run's record (weights, optimizer, settings, its data, its
+log), checked once as it is read; log.jsonl, written from the checkpoint's log."""
 import io
 import json
 import math
@@ -16,8 +16,8 @@ from machinery.process import MASTER, fail
 
 # what a checkpoint holds, and of what kind: checked as it is read
 NEEDED = {"model": dict, "model_config": dict, "train_config": dict, "dataset_meta": dict,
-          "optimizer": dict, "scaler": dict, "rng": dict, "iter_num": int, "best_val_loss": float,
-          "tokens": int, "log": list}
+          "optimizer": dict, "scaler": dict, "rng": dict, "iter_num": int,
+          "best_val_loss": float, "tokens": int, "log": list}
 
 
 def read_checkpoint(ckpt_path, device, fix):
@@ -33,8 +33,8 @@ def read_checkpoint(ckpt_path, device, fix):
     if damaged:
         fail(f"checkpoint {ckpt_path} is damaged: its record {damaged} fails its CRC-32 "
              f"check (a disk or copy error); {fix}")
-    try:
-        checkpoint = torch.load(ckpt_path, map_location=device, weights_only=True)  # no code run
+    try:  # weights_only: loading runs no code
+        checkpoint = torch.load(ckpt_path, map_location=device, weights_only=True)
     except Exception as e:
         fail(f"checkpoint {ckpt_path} is unreadable ({type(e).__name__}); {fix}")
     if not isinstance(checkpoint, dict):
@@ -53,8 +53,8 @@ def read_checkpoint(ckpt_path, device, fix):
 
 
 def load_checkpoint(out_dir, device="cpu", fix="use another run's --out_dir", build=None):
-    """(checkpoint, its model on device in eval mode) of out_dir/ckpt.pt, or one line saying what
-    is wrong. build: the model of a model_config dict, `lambda c: build_model(ModelConfig(**c))`."""
+    """(checkpoint, its model on device in eval mode) of out_dir/ckpt.pt, or one line: why
+    not. build: model_config dict -> model, `lambda c: build_model(ModelConfig(**c))`."""
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
     checkpoint = read_checkpoint(ckpt_path, device, fix)
     try:
@@ -67,8 +67,8 @@ def load_checkpoint(out_dir, device="cpu", fix="use another run's --out_dir", bu
 
 
 def resume(out_dir, asked, user_set, command):
-    """The checkpoint a resumed run goes on from, and the settings it restores (every one not set
-    on the command line or in a config file); asked: the dataset and seed the run was given."""
+    """The checkpoint a resumed run goes on from, and the settings it restores (those not
+    set on the command line or in a config file); asked: the dataset and seed given."""
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
     if MASTER and os.path.isfile(ckpt_path):  # a second process would repeat its steps
         hold_folder(out_dir, "--out_dir", command)
@@ -86,8 +86,8 @@ def resume(out_dir, asked, user_set, command):
 
 
 def start(checkpoint, model, optimizer, scaler, settings, command):
-    """Claim settings["out_dir"] (a fresh run refused where an earlier run is), start W&B, and
-    resume the checkpoint. Returns (iter_num, best_val_loss, tokens, grad_norm, log, W&B run)."""
+    """Claim settings["out_dir"] (a fresh run refused where an earlier one is), start W&B,
+    resume the checkpoint: (iter_num, best_val_loss, tokens, grad_norm, log, W&B run)."""
     out_dir = settings["out_dir"]
     if checkpoint is not None:  # the model asked is the checkpoint's; a finished run ends
         check_resume(checkpoint, model.config, settings)
@@ -123,9 +123,9 @@ def check_resume(checkpoint, config, settings):
     diffs = [k for k, v in saved.items() if getattr(config, k) != v]
     if diffs:
         asked = ", ".join(f"{k}={getattr(config, k)!r}" for k in diffs)
-        fail(f"{ckpt_path} was trained with {', '.join(f'{k}={saved[k]!r}' for k in diffs)}, but "
-             f"this run asks for {asked}; drop those flags to resume (vocab_size: the dataset's, "
-             f"as prepared)")
+        fail(f"{ckpt_path} was trained with {', '.join(f'{k}={saved[k]!r}' for k in diffs)}"
+             f", but this run asks for {asked}; drop those flags to resume (vocab_size: "
+             f"the dataset's, as prepared)")
     iter_num, logged = checkpoint["iter_num"], checkpoint["log"]
     if iter_num >= settings["max_iters"] and logged and logged[-1]["iter"] == iter_num:
         if MASTER:
@@ -152,8 +152,8 @@ def check_resume(checkpoint, config, settings):
 
 
 def write_log(out_dir, checkpoint):
-    """log.jsonl as the checkpoint's log; a log.jsonl that differs (records logged after the
-    checkpoint, a line torn, another run's, a note of yours) is set aside whole, never edited."""
+    """log.jsonl as the checkpoint's log; a log.jsonl that differs (records logged after
+    the checkpoint, torn lines, another run's, your notes) is set aside whole, unedited."""
     path = os.path.join(out_dir, "log.jsonl")
     text = "".join(json.dumps(record) + "\n" for record in checkpoint["log"]).encode()
     if os.path.isfile(path) and Path(path).read_bytes() == text:
@@ -171,8 +171,8 @@ def write_log(out_dir, checkpoint):
 
 
 def restore(checkpoint, model, optimizer, scaler):
-    """Load the weights, the optimizer's moments, the float16 scale and the random state, or one
-    line. Returns (iter_num, best_val_loss, tokens seen, grad_norm, the records logged)."""
+    """Load the weights, the optimizer's moments, the float16 scale, the random state, or
+    one line. Returns (iter_num, best_val_loss, tokens, grad_norm, the records logged)."""
     rng = checkpoint["rng"]
     device_type = next(model.parameters()).device.type
     try:  # weights of another shape or model, a random state not a tensor

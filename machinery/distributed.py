@@ -15,8 +15,8 @@ flags = None  # with NCCL, a gloo group for yes-or-no questions: no wait for a G
 
 
 def start(device_asked, batch_size, gradient_accumulation_steps):
-    """Join the other processes, if torchrun started several: (rank, world_size, this process's
-    device: cuda:LOCAL_RANK on GPUs); one line where they cannot share a step's micro-batches."""
+    """Join the processes torchrun started, if several: (rank, world_size, this process's
+    device: cuda:LOCAL_RANK on GPUs); one line if a step's micro-batches do not divide."""
     global device, flags
     device = device_asked
     if not ddp:
@@ -52,7 +52,7 @@ def all_sum(value):  # over the processes (DDP; on a CPU, with flags), else valu
 
 @contextmanager
 def stop_together():
-    """Around the work of rank 0 alone: a stop there (fail, an error) stops every process, rank 0
+    """Around rank 0's own work: a stop there (fail, an error) stops every process, rank 0
     with its one line, the others silently (not with "connection closed" tracebacks)."""
     error = None
     try:

@@ -38,7 +38,7 @@ def write_error(path, error, size=None):
 
 def write_atomic(path, data, kept=""):
     """Write data (bytes, or a function of a file) whole, replacing path in one rename, or
-    stop in one line (kept: what is kept, and how to go on); a stop leaves path as it was."""
+    stop in one line (kept: what is kept, how to go on); a stop leaves path as it was."""
     try:
         with open(temporary_path(path), "wb") as f:
             data(f) if callable(data) else f.write(data)
@@ -79,8 +79,8 @@ def make_folder(folder, what="--out_dir"):
 
 
 def hold_folder(folder, what, command, shared=False):
-    """Hold folder till this process ends, alone or (shared) beside other readers, or stop in one
-    line: held by another process (named by the note beside its lock), or not lockable."""
+    """Hold folder till this process ends, alone or (shared) beside readers, or stop in
+    one line: held by another process (named by the note by its lock), or not lockable."""
     if os.path.realpath(folder) in _held:
         return
     # the writer's lock: .held; a reader's: .held.<pid>; beside each, .lock(.<pid>): whose
@@ -145,7 +145,7 @@ def claim_folder(folder, command, what="--out_dir"):
 
 
 def release_folder(folder):
-    """Let go of a folder this process holds, for a caller that goes on after its work there
+    """Let go of a folder this process holds, for a caller going on after its work there
     (prepare_wikipedia.main or evaluate.main called from Python, then other work)."""
     lock = _held.pop(os.path.realpath(folder), None)
     if lock is not None:

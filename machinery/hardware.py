@@ -10,8 +10,8 @@ from machinery.process import fail
 
 
 def pick_device(device, dtype="float32", resumed_from=None):
-    """The device (auto: cuda, mps, cpu) and dtype (auto: bfloat16, float16 on a GPU older than an
-    A100, float32 off a GPU), or one line; resumed_from: the checkpoint that ran with them."""
+    """The device (auto: cuda, mps, cpu) and dtype (auto: bfloat16, float16 on a pre-A100
+    GPU, float32 off a GPU), or one line; resumed_from: the checkpoint that used them."""
     if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device):
         fail(f"device={device!r} is not allowed; use --device=cpu, cuda, cuda:N, mps or auto")
     if dtype not in ("auto", "float32", "bfloat16", "float16"):
@@ -19,12 +19,12 @@ def pick_device(device, dtype="float32", resumed_from=None):
     mps = torch.backends.mps.is_available()
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     picked = device if device != "auto" else "cuda" if gpus else "mps" if mps else "cpu"
-    where = f"{resumed_from} ran with device={device!r}, dtype={dtype!r}; here " if resumed_from \
-        else ""
+    where = f"{resumed_from} ran with device={device!r}, dtype={dtype!r}; here " \
+        if resumed_from else ""
     if picked.startswith("cuda") and int(picked[5:] or 0) >= gpus:
-        fail(f"{where}device={device!r} but " + (f"there are only {gpus} CUDA devices; use "
-             "--device=cuda:0" if gpus else "CUDA is not available here; use --device=auto or "
-             "--device=cpu"))
+        fail(f"{where}device={device!r} but " + (f"there are only {gpus} CUDA devices; "
+             "use --device=cuda:0" if gpus else "CUDA is not available here; use "
+             "--device=auto or --device=cpu"))
     if picked == "mps" and not mps:
         fail(f"{where}device='mps' but MPS (the GPU of Apple silicon) is not available; "
              "use --device=auto or --device=cpu")
@@ -81,8 +81,8 @@ def percent(fraction):
 
 
 class Meter:
-    """A run's clock: ms per step, tokens/s, ETA, and MFU (model FLOPs utilization: the model's
-    FLOP/s over those of a large matmul timed here; float32 on a CPU, having no datasheet peak)."""
+    """A run's clock: ms per step, tokens/s, ETA, MFU (model FLOPs utilization: the
+    model's FLOP/s over a matmul's timed here; float32 on a CPU: no datasheet peak)."""
 
     def __init__(self, flops_per_token, tokens_per_iter, max_iters, eval_interval, device, dtype):
         self.flops_per_token = flops_per_token  # of this process's share
@@ -95,8 +95,8 @@ class Meter:
         self.eval_start = None
         self.step_estimate = 0.0  # estimate() times it on rank 0; a stop elsewhere asks
 
-    def estimate(self, model, batches, autocast, return_logits, eval_iters, source, micro_steps,
-                 iter_num):
+    def estimate(self, model, batches, autocast, return_logits, eval_iters, source,
+                 micro_steps, iter_num):
         """Say how long the run will take, from a timed forward pass (the second of two):
         a training step costs ~3 per micro-batch, an evaluation ~2 per batch."""
         model.eval()

@@ -1,5 +1,5 @@
-"""How a script stops: in one line on bad input (fail), on a stop signal, out of memory, a failed
-torch.compile or a lost DDP peer, never with a traceback; and train.py's stop after a whole step."""
+"""How a script stops: in one line on bad input (fail), a stop signal, out of memory, a
+failed torch.compile or lost DDP peer, not a traceback; train.py stops after a step."""
 import atexit
 import contextlib
 import os
@@ -14,12 +14,12 @@ MASTER = int(os.environ.get("RANK", 0)) == 0  # rank 0 speaks for a DDP run
 
 
 def fail(message):
-    """Stop with `error: message` on stderr and exit status 1; message names the problem and fix."""
+    """Exit 1 with `error: message` on stderr; message names the problem and the fix."""
     raise SystemExit(f"error: {message}")
 
 
 def machine_error(error, lower):
-    """The one line for an error of the machine rather than of the input, else None: out of memory
+    """The one line for an error of the machine, not the input, else None: out of memory
     (naming the settings to lower), a failed torch.compile, a DDP peer that ended."""
     kinds = type(error).__mro__
     while getattr(error, "inner_exception", None) is not None:  # a compiler's, inside
@@ -39,8 +39,8 @@ def machine_error(error, lower):
                 f"{detail[:300]}); use --compile=False"
                 + ", or install a C++ compiler" * bool(no_compiler))
     # gloo and NCCL fail each exchange with a peer that ended (killed, out of memory)
-    lost = re.search(r"Connection (reset|closed) by peer|Broken pipe|peer.*(closed|gone)", detail,
-                     re.I)
+    lost = re.search(r"Connection (reset|closed) by peer|Broken pipe|peer.*(closed|gone)",
+                     detail, re.I)
     if "RANK" in os.environ and (lost or {"DistBackendError", "DistNetworkError"} & {*names}):
         detail = re.sub(r"\[[^]]*\.cc:\d+\] ", "", detail).split(". ")[0][:160]
         return f"another process of this run ended ({type(error).__name__}: {detail})"
@@ -48,7 +48,7 @@ def machine_error(error, lower):
 
 
 def drop_output():
-    """No reader left (a closed pipe): the rest goes to os.devnull; the last flush cannot fail."""
+    """No reader (closed pipe): output goes to os.devnull; the last flush cannot fail."""
     with contextlib.suppress(OSError, ValueError):  # a test's stdout has no descriptor
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
@@ -76,9 +76,9 @@ def script_start():
 
 
 def on_ctrl_c(kept, lower="the sizes asked for"):
-    """From here a stop (Ctrl-C, SIGTERM, SIGHUP) ends the script with one line `interrupted: kept`
-    (kept: what is kept and how to go on, or a function that says it) and exit status 130; a
-    machine error (machine_error) with `error: ...; kept` and status 1."""
+    """From here a stop (Ctrl-C, SIGTERM, SIGHUP) ends the script with one line
+    `interrupted: kept` (kept: what is kept and how to go on, or a function saying it) and
+    exit status 130; a machine error (machine_error) with `error: ...; kept`, status 1."""
     script_start()
 
     def hook(kind, value, tb):
@@ -100,8 +100,8 @@ def on_ctrl_c(kept, lower="the sizes asked for"):
 
 
 class StopAfterStep:
-    """From arm, a stop finishes the step (or ends an evaluation at once), then the run saves it and
-    ends; a second Ctrl-C ends it at once (torchrun's SIGTERM after a SIGINT changes nothing)."""
+    """From arm, a stop finishes the step (an evaluation: at once), the run saves it and
+    ends; another Ctrl-C ends it now (torchrun's SIGTERM after SIGINT changes nothing)."""
     requested = False
     evaluating = None  # the iteration under evaluation
     saved_iter = None  # the iteration of the checkpoint on disk, for the run's last line

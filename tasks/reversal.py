@@ -1,8 +1,8 @@
-"""The sequence-reversal study's task ("Simple Transformer Implementation"), train.py's zero-setup
-quick start (--dataset=reversal): 1..5 digits x (tokens 1..9) make one training sequence
+"""The sequence-reversal study's task ("Simple Transformer Implementation"), train.py's
+zero-setup demo (--dataset=reversal): 1..5 digits x (tokens 1..9) make a training sequence
     [START] x [SEP] reversed(x) [PAD ...]        e.g. 10 3 5 4 11 4 5 3 0 0 0 0
-with the loss only on reversed(x). A fixed part of every length is held out (the same in every
-run): the exact-sequence accuracy is measured on sequences the model never trained on."""
+with the loss only on reversed(x). A fixed part of every length is held out (the same in
+every run): exact-sequence accuracy is measured on sequences the model never saw."""
 import functools
 
 import numpy as np
@@ -18,12 +18,12 @@ MAX_LEN = 5
 BLOCK_SIZE = 2 * MAX_LEN + 1  # the model input: a full sequence (2 x 5 + 2) less its last
 SPLIT_SEED = 0  # the held-out sequences do not change with the training seed
 
-# train.py's settings unless told: the walk-through's 2 + 2 layers of 64 (235,328 parameters),
-# seconds on a CPU, seed 0 of its "encdec + both"; the write-up's shape: config/reversal_paper.py
-DEFAULTS = dict(n_layer=2, n_embed=64, n_head=4, seed=0,
-                batch_size=32, gradient_accumulation_steps=1, max_iters=400, learning_rate=5e-4,
-                min_lr=5e-5, warmup_iters=30, lr_decay_iters=400, eval_interval=50, eval_iters=4,
-                context_size=BLOCK_SIZE, vocab_size=VOCAB_SIZE)
+# train.py's settings unless told: the walk-through's 2 + 2 layers of 64 (235,328 params),
+# seconds on a CPU, seed 0 of its "encdec + both"; write-up's: config/reversal_paper.py
+DEFAULTS = dict(n_layer=2, n_embed=64, n_head=4, seed=0, batch_size=32,
+                gradient_accumulation_steps=1, max_iters=400, learning_rate=5e-4,
+                min_lr=5e-5, warmup_iters=30, lr_decay_iters=400, eval_interval=50,
+                eval_iters=4, context_size=BLOCK_SIZE, vocab_size=VOCAB_SIZE)
 
 
 def split(held_out_fraction=0.1, max_held_out=200, seed=SPLIT_SEED):
@@ -106,7 +106,7 @@ def prompts(start, num_samples, seed):
         xs = [list(rng.integers(1, 10, size=rng.integers(1, MAX_LEN + 1)))
               for _ in range(num_samples)]
     else:
-        digits = [int(c) for c in start if c in "0123456789"]  # not '²', which isdigit() accepts
+        digits = [int(c) for c in start if c in "0123456789"]  # isdigit() accepts '²'
         other = any(c not in "0123456789 ," for c in start.strip())
         if not 1 <= len(digits) <= MAX_LEN or 0 in digits or other:
             fail(f"the reversal model takes 1 to {MAX_LEN} digits from 1 to 9, e.g. "
