@@ -1,9 +1,9 @@
 """
 The loss of a trained model over a whole text, every token once: one figure, every run.
 
-    python evaluate.py --out_dir=out/wikitext2_valid_gpt2c               # its val split
-    python evaluate.py --out_dir=out/wikitext2_valid_gpt2c --split=train
-    python evaluate.py --out_dir=out/wikitext2_valid_gpt2c --input=my.txt  # any text
+    python evaluate.py --out_dir=out/cpu_gpt2_encdec_mse_pos_sub   # its val split
+    python evaluate.py --out_dir=out/cpu_gpt2_encdec_mse_pos_sub --split=train
+    python evaluate.py --out_dir=out/cpu_gpt2_encdec_mse_pos_sub --input=my.txt  # any text
     python evaluate.py --out_dir=out/reversal             # a task: held-out accuracy
 
 Window k reads tokens [kT, kT + T) from an empty context and predicts kT + 1 .. kT + T

@@ -2,8 +2,8 @@
 Sample from a run of train.py. Its ckpt.pt carries the tokenizer and what the run
 trained on: the run's folder is all it needs, from any working folder.
 
-    python sample.py --out_dir=out/wikitext2_valid_byte --start="The history of"
-    python sample.py --out_dir=out/wikitext2_valid_byte --start=FILE:a.txt --top_p=0.9
+    python sample.py --out_dir=out/cpu_encdec_mse_pos_sub --start="The history of"
+    python sample.py --out_dir=out/cpu_encdec_mse_pos_sub --start=FILE:a.txt --top_p=0.9
     python sample.py --out_dir=out/reversal --start="3 5 4 2 1"  # a task
 """
 import glob
