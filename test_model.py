@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from model import (EMBEDDING_LOSS_DEFAULTS, ENCODER_DECODER_DEFAULTS, Attention, ModelConfig, build_model,
-                   LinearCrossEntropy, causal_attention, logits_needed, rotate, row_cross_entropy)
+                   LinearCrossEntropy, causal_attention, cumulative_average, logits_needed, rotate,
+                   row_cross_entropy)
 
 TINY = dict(vocab_size=37, context_size=12, n_embed=16, n_head=2, n_layer=2)
 
@@ -539,12 +540,11 @@ def test_flops_per_token_are_6_per_parameter_and_12_per_attention_width_and_key(
 
 
 def test_the_compiled_cumulative_average_is_the_cumulative_sum_over_the_position(monkeypatch):
-    import model
     E = torch.randn(2, 7, 5, generator=torch.Generator().manual_seed(0))
     expected = torch.stack([E[:, :i + 1].mean(dim=1) for i in range(7)], dim=1)
     for compiling in (False, True):  # compiled: a matmul with the causal averaging weights, not a cumulative sum
         monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
-        torch.testing.assert_close(model.cumulative_average(E), expected)
+        torch.testing.assert_close(cumulative_average(E), expected)
 
 
 def test_the_write_ups_odd_head_sizes_compile_to_the_eager_loss_and_gradients():

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import threading
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import numpy as np
@@ -69,6 +70,21 @@ def run(script, *args, cwd, check=True, timeout=300, env=None):
     if check:
         assert result.returncode == 0, result.stderr
     return result
+
+
+@contextmanager
+def holding(folder, command, cwd):
+    """A process that holds folder (relative to cwd) alone, as prepare_wikipedia.py does, its note naming command;
+    yields it once it holds, and lets it end on leaving."""
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from machinery import files; "
+                               "files.hold_folder(sys.argv[1], '--name', sys.argv[2]); "
+                               "print('held', flush=True); sys.stdin.read()", folder, command],
+                              cwd=cwd, env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        yield holder
+    finally:
+        holder.communicate("")
 
 
 def raising_at(module, name, error, script, *args, cwd):

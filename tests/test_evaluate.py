@@ -22,7 +22,8 @@ import prepare_wikipedia as pw
 from machinery import checkpoints
 from model import ModelConfig, build_model
 from tasks import reversal
-from conftest import ENV, ROOT, WORDS, assert_interrupted, assert_one_line_error, interrupted_at, run, tiny_model
+from conftest import (ENV, ROOT, WORDS, assert_interrupted, assert_one_line_error, holding, interrupted_at, run,
+                      tiny_model)
 
 
 def build(config):
@@ -393,14 +394,7 @@ def test_help_gives_the_whole_docstring_unbroken():
 
 def test_evaluate_does_not_read_a_dataset_being_prepared(trained):
     """It holds data/<dataset> as train.py does, beside other readers: a preparation holding it alone keeps it out."""
-    holder = subprocess.Popen([sys.executable, "-c", "import sys; from machinery import files; "
-                               "files.hold_folder(sys.argv[1], '--name', 'prepare_wikipedia.py --name=small'); "
-                               "print('held', flush=True); sys.stdin.read()", os.path.join("data", "small")],
-                              cwd=trained, env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline() == "held\n"
+    with holding(os.path.join("data", "small"), "prepare_wikipedia.py --name=small", trained) as holder:
         result = run("evaluate.py", "--out_dir=run", cwd=trained, check=False)
         assert_one_line_error(result, f"is in use by pid {holder.pid} (prepare_wikipedia.py --name=small")
-    finally:
-        holder.communicate("")
     assert run("evaluate.py", "--out_dir=run", cwd=trained).returncode == 0

@@ -19,7 +19,7 @@ import pytest
 import data
 from text import get_tokenizer, split_wikitext
 import prepare_wikipedia as pw
-from conftest import (ENV, ROOT, TINY, assert_interrupted, assert_one_line_error, fill, interrupted_at,
+from conftest import (ENV, ROOT, TINY, assert_interrupted, assert_one_line_error, fill, holding, interrupted_at,
                       make_wikitext, prepare_wikitext2, run, stops_at_their_defaults, wikitext, word_articles)
 
 
@@ -638,18 +638,11 @@ def test_a_dataset_a_run_trains_on_is_not_prepared_again_under_it(workdir, tmp_p
 
 def test_a_run_does_not_start_on_a_dataset_being_prepared(workdir, tmp_path):
     shutil.copytree(workdir / "data" / "tiny", tmp_path / "data" / "tiny")
-    holder = subprocess.Popen([sys.executable, "-c", "import sys; from machinery import files; "
-                               "files.hold_folder(sys.argv[1], '--name', 'prepare_wikipedia.py --name=tiny'); "
-                               "print('held', flush=True); sys.stdin.read()", os.path.join("data", "tiny")],
-                              cwd=tmp_path, env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline() == "held\n"
+    with holding(os.path.join("data", "tiny"), "prepare_wikipedia.py --name=tiny", tmp_path) as holder:
         result = run("train.py", *TINY, "--out_dir=out", "--max_iters=2", cwd=tmp_path, check=False)
         assert_one_line_error(result, f"data{os.sep}tiny is in use by pid {holder.pid} (prepare_wikipedia.py "
                               "--name=tiny", "wait for it to finish")
         assert not (tmp_path / "out").exists()
-    finally:
-        holder.communicate("")
 
 
 def test_a_refused_preparation_leaves_no_empty_dataset_folder(tmp_path):
