@@ -1,12 +1,10 @@
 """The command line of every script. train.py's settings, nanoGPT style: globals with
-defaults, then config files (`n_layer = 4`), then --key=value or --key value (a bool: a
-bare --flag too), later ones winning. The other scripts take theirs through argparse, with
-the same grammar and the same messages (argument_parser)."""
+defaults, then config files (`n_layer = 4`), then --key=value, --key value or a bare --flag,
+later ones winning. The other scripts use argparse with the same grammar."""
 import argparse
 import ast
 import dataclasses
 import difflib
-import glob
 import inspect
 import os
 import re
@@ -15,17 +13,6 @@ import traceback
 import typing
 
 from machinery.process import fail
-
-# the name here of a setting that nanoGPT or a Hugging Face config calls otherwise
-ALIASES = {
-    "context_size": "block_size n_ctx n_positions max_position_embeddings seq_len",
-    "n_embed": "n_embd hidden_size d_model", "n_head": "n_heads num_heads num_attention_heads",
-    "n_layer": "n_layers num_layers num_hidden_layers", "max_iters": "max_steps",
-    "dropout": "attn_pdrop resid_pdrop embd_pdrop hidden_dropout_prob",
-    "learning_rate": "lr", "min_lr": "min_learning_rate", "warmup_iters": "warmup_steps",
-    "lr_decay_iters": "lr_decay_steps", "grad_clip": "max_grad_norm", "beta1": "adam_beta1",
-    "beta2": "adam_beta2", "eval_interval": "eval_steps", "log_interval": "logging_steps",
-    "out_dir": "output_dir", "batch_size": "per_device_train_batch_size micro_batch_size"}
 
 
 def configure(settings, defaults, argv, model_config):
@@ -103,8 +90,6 @@ def checked(key, value, types, defaults, source):
     """value, if key is a setting and value is of its type (an int is a float too)."""
     if types.get(key) is float and type(value) is int:
         value = float(value)
-    if not key:  # '--=value'
-        fail(unknown_argument("--", defaults))
     if key not in defaults:
         fail(f"unknown config key '{key}' in {source}; {suggestion(key, defaults)}")
     if not (type(value) is types[key] or (value is None and defaults[key] is None)):
@@ -117,42 +102,23 @@ def checked(key, value, types, defaults, source):
 def read_config(path):
     """The settings a config file assigns, {name: value}, or one line naming its file and
     line. A config file may extend a sibling: `from config.cpu_base import *`."""
+    if path.startswith("-"):  # '--' alone, '-key=value'
+        fail(unknown_argument(path, ()))
+    if not os.path.isfile(path):
+        fail(f"config file '{path}' not found; give a path like config/cpu_baseline.py, "
+             "or options as --key=value")
+    namespace = {}
     try:
         with open(path, encoding="utf-8") as f:
-            code = compile(f.read(), path, "exec")
-        namespace = {}
-        exec(code, namespace)
+            exec(compile(f.read(), path, "exec"), namespace)
     except (Exception, SystemExit) as e:  # sys.exit() would end the script without a word
-        fail(config_error(path, e))
+        # the line in this file (a SyntaxError names its file and line itself)
+        lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
+        where = f" line {lines[-1]}" if lines and not isinstance(e, SyntaxError) else ""
+        fail(f"config file {path}{where} raised {type(e).__name__}: {e}; a config file "
+             "only assigns settings: fix the Python there")
     return {k: v for k, v in namespace.items()
             if not k.startswith("_") and not isinstance(v, type(sys))}
-
-
-def config_error(path, e):
-    """The one line for a config file missing or failing to run: where, and the fix."""
-    if path.startswith("-"):  # '--' alone, '-key=value'
-        return unknown_argument(path, ())
-    if isinstance(e, SystemExit):
-        return (f"config file {path} called sys.exit({e.code!r}); a config file only "
-                "assigns settings: remove that call")
-    if isinstance(e, OSError) and not os.path.isfile(path):
-        # the near names in its folder and in config/, by the file's name alone
-        paths = {*glob.glob(os.path.join(os.path.dirname(path), "*.py")), *glob.glob("config/*.py")}
-        named = {os.path.basename(p): p for p in sorted(paths)}
-        near = difflib.get_close_matches(os.path.basename(path), named, n=2, cutoff=0.75)
-        return (f"config file '{path}' not found; "
-                + f"did you mean {' or '.join(named[n] for n in near)}? " * bool(near)
-                + "give a path like config/cpu_baseline.py, or options as --key=value")
-    if isinstance(e, SyntaxError) and e.lineno:  # also in a config file it imports
-        return f"config file {e.filename} line {e.lineno}: {e.msg}; fix the Python there"
-    frames = [f for f in traceback.extract_tb(e.__traceback__)  # the config's, not ours
-              if os.path.abspath(f.filename) != os.path.abspath(__file__)
-              and not f.filename.startswith(("<", sys.prefix, sys.base_prefix))]
-    if not frames:  # e.g. not UTF-8, or null bytes
-        return (f"config file {path} is not Python source ({type(e).__name__}: {e}); "
-                "give a file like config/cpu_baseline.py")
-    return (f"config file {frames[-1].filename} line {frames[-1].lineno} raised "
-            f"{type(e).__name__}: {e}; fix the Python there")
 
 
 def print_help(script, defaults, model_config):
@@ -162,36 +128,25 @@ def print_help(script, defaults, model_config):
         match = re.match(r"\s*(\w+)\b[^#]*=[^#]*#\s*(.*)", line)
         if match and match[1] in defaults:
             comments.setdefault(match[1], match[2])
-    model_defaults = {f.name: f.default for f in dataclasses.fields(model_config)}
-    model_defaults["vocab_size"] = "None"  # the dataset's, from its meta.json
-    print("usage: python train.py [config/file.py ...] [--key=value ...]  (later ones win; "
-          "a config file is Python\nassignments like `n_layer = 4`; --key value works too, "
-          "and a bare --flag means --flag=True). The settings,\nwith their defaults:\n")
+    shown = {f.name: f.default for f in dataclasses.fields(model_config)} | {"vocab_size": None}
+    print("usage: python train.py [config/file.py ...] [--key=value ...], later ones winning; "
+          "a config file\nassigns settings (`n_layer = 4`). The settings (model.py's "
+          "ModelConfig's from variant on):\n")
     for key, value in defaults.items():
-        if key == "variant":
-            print("\nmodel settings (ModelConfig in model.py); None keeps the variant's default:")
-        shown = model_defaults.get(key, '""' if value == "" else value)
-        line = f"  --{key}={shown}"
-        meaning = comments.get(key, "see ModelConfig in model.py")
-        print(line.ljust(40) + (" " + meaning if len(line) < 40 else "\n" + " " * 40 + meaning))
-    print("\nA generated task, such as --dataset=reversal, uses its own small model and "
-          "schedule for the settings not\ngiven (its module's DEFAULTS, in tasks/).")
+        line = f"  --{key}=" + str(shown.get(key, value if value != "" else '""'))
+        print(f"{line:<40} {comments.get(key, '')}")
+    print("\nA generated task (--dataset=reversal) has its own model and schedule (tasks/).")
     sys.exit(0)
 
 
 def suggestion(key, known, command="python train.py"):
-    """'did you mean ...?' for an unknown key: its name here for a nanoGPT or Hugging Face
-    name or one written with '-' for '_', else the closest known key."""
-    here = [name for name, names in ALIASES.items() if key in names.split() and name in known]
-    if here:
-        return f"did you mean '{here[0]}'? ({key} is called {here[0]} here)"
-    close = [key.replace("-", "_")] if key.replace("-", "_") in known else \
-        difflib.get_close_matches(key, known, n=1, cutoff=0.5)
+    """'did you mean ...?' for an unknown key: the closest known one ('-' read as '_')."""
+    close = difflib.get_close_matches(key.replace("-", "_"), known, n=1, cutoff=0.5)
     return f"did you mean '{close[0]}'?" if close else f"see {command} --help"
 
 
 def unknown_argument(arg, known, command="python train.py"):
-    """The one line for an argument that is no known --key: the same in every script."""
+    """The one line for an argument that is no known --key (train.py, a study)."""
     key = arg[2:].partition("=")[0] if arg.startswith("--") else ""
     if not key:  # '--' alone, '-key', a stray word
         return f"'{arg}' is not a setting; write --key=value or --key value (see {command} --help)"
@@ -200,21 +155,13 @@ def unknown_argument(arg, known, command="python train.py"):
 
 def argument_parser(doc, command):
     """argparse for any script but train.py: --help prints doc and each flag's default; no
-    abbreviations; bad input is one line `error: ...` (unknown key: train.py's line)."""
+    abbreviations; bad input (an unknown flag: argparse's own words) is one line."""
     class Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
         pass  # the docstring as written, and each default
 
     class ArgumentParser(argparse.ArgumentParser):
-        def parse_args(self, args=None, namespace=None):
-            namespace, extra = super().parse_known_args(args, namespace)
-            if extra:
-                known = [o[2:] for a in self._actions for o in a.option_strings
-                         if o.startswith("--") and a.help != argparse.SUPPRESS]
-                self.error(unknown_argument(extra[0], known, command))
-            return namespace
-
         def error(self, message):
-            fail(message if f"{command} --help" in message else f"{message} (see {command} --help)")
+            fail(f"{message} (see {command} --help)")
     return ArgumentParser(prog=command, description=doc, formatter_class=Formatter,
                           allow_abbrev=False)
 

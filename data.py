@@ -1,5 +1,5 @@
-"""Datasets of data/ (checked once, whole), tasks of tasks/, a run's batches, the windows
-that read every token once (evaluate.py; train.py, eval_iters=0). Tokenizers: text.py."""
+"""Datasets of data/ (checked once, whole), tasks of tasks/, a run's batches, and the
+windows that read every token once. Tokenizers: text.py."""
 import glob
 import hashlib
 import importlib
@@ -28,8 +28,8 @@ def is_task(name):
 
 
 def load_task(name, settings=()):
-    """The module tasks/<name>.py, checked against the interface (and its DEFAULTS keys
-    against train.py's settings), or one line: what it lacks or why it does not import."""
+    """The module tasks/<name>.py, checked against the interface and its DEFAULTS keys
+    against train.py's settings, or one line."""
     path = os.path.join(TASKS, f"{name}.py")
     try:
         task = importlib.import_module(f"tasks.{name}")
@@ -81,9 +81,8 @@ def prepare_hint(dataset, tokenizer, compact=False, offline=False):
 
 
 def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
-    """data/<dataset>'s (or data_dir's) meta.json, its token files checked whole, of one
-    preparation, fit for the run (block; vocab_size: None, or up to 256 for byte tokens)
-    and, given trained (a checkpoint's record), of the tokens and text its model saw."""
+    """data/<dataset>'s (or data_dir's) meta.json, its token files checked whole, fit for
+    the run and, given trained (a checkpoint's record), of the text its model saw."""
     data_dir = data_dir or os.path.join("data", dataset)
     # the tokenizer to prepare with: the model's, else meta.json's, else the run's vocab's
     tokenizer = (trained or {}).get("tokenizer")
@@ -126,15 +125,10 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
         if type(n_tokens) is not int or os.path.getsize(path) != 2 * n_tokens:  # 2 B each
             refuse(f"{path} has {os.path.getsize(path) // 2:,} tokens, but meta.json says "
                    f"{split}_tokens={n_tokens!r}: a file cut short, or of another preparation")
-        if n_tokens == 0 and split == "val":
-            refuse(f"{path} is empty (prepared with --val_fraction 0)", " with --val_fraction 0.05")
-        if n_tokens <= block:
-            fail(f"{path} has {n_tokens} tokens, too few for context_size={block}; "
-                 "prepare more text or lower --context_size")
+        if n_tokens <= block:  # e.g. val.bin of --val_fraction 0
+            refuse(f"{path} has {n_tokens} tokens, too few for context_size={block}: lower "
+                   "--context_size, or give more text", " (and --val_fraction 0.05 or more)")
         tokens = np.memmap(path, dtype=np.uint16, mode="r")
-        if int(tokens.max()) >= vocab:
-            refuse(f"{path} holds token id {int(tokens.max())}, but meta.json's "
-                   f"vocab_size is {vocab}: files of different preparations")
         # the sum tells preparations apart; the sha256 (newer datasets) any change
         for key, found in ((f"{split}_token_sum", lambda: int(tokens.sum(dtype=np.uint64))),
                            (f"{split}_sha256", lambda: file_sha256(path))):
@@ -168,9 +162,8 @@ def file_sha256(path):
 
 
 def open_dataset(dataset, task, context_size, vocab_size, command, trained=None):
-    """(source, block, vocab_size, meta): the task module or data/<dataset> (held till the
-    run ends, checked whole); tokens a sequence; the run's vocab_size, else the dataset's;
-    meta.json ({"task": name} for a task). trained: a resumed checkpoint's data record."""
+    """(source, block, vocab_size, meta) of the task or data/<dataset> (held till the run
+    ends, checked whole); trained: a resumed checkpoint's record of its data."""
     if task is not None:
         if context_size < task.BLOCK_SIZE:
             fail(f"context_size={context_size} is too short for {dataset} sequences of "
@@ -243,9 +236,8 @@ def window_starts(n_tokens, block):
 @torch.no_grad()
 def window_losses(model, tokens, block, batch_size, device, starts=None, autocast=None,
                   progress=None):
-    """Yields (targets, losses), int64 and float64 arrays, of each batch of windows at
-    `starts` (default window_starts: every token of `tokens` but the first, in order),
-    the model in eval (no dropout); nothing kept between batches: no memory growth."""
+    """Yields (targets, losses) of each batch of windows at `starts` (default: every token
+    but the first, in order), the model in eval mode; nothing kept between batches."""
     was_training = model.training
     model.eval()
     starts = window_starts(len(tokens), block) if starts is None else starts
@@ -270,10 +262,8 @@ def window_losses(model, tokens, block, batch_size, device, starts=None, autocas
 
 
 def split_losses(model, data_dir, block, batch_size, device, autocast=None):
-    """{"train_loss", "val_loss", "val_loss_seen_ids"}: the mean loss over every token of
-    val.bin once, and over as many windows of train.bin spread evenly, 512 at most
-    (train.py's evaluation with eval_iters=0); val_loss_seen_ids leaves out the val tokens
-    whose id is not in train.bin (no model can learn them; their logits only fall)."""
+    """The mean loss over every token of val.bin, and over as many train.bin windows (512
+    at most); val_loss_seen_ids leaves out val ids train.bin lacks (none can learn them)."""
     val_tokens = np.memmap(os.path.join(data_dir, "val.bin"), dtype=np.uint16, mode="r")
     train_tokens = np.memmap(os.path.join(data_dir, "train.bin"), dtype=np.uint16, mode="r")
     # 512 x context_size: a precise enough mean
@@ -296,8 +286,8 @@ def split_losses(model, data_dir, block, batch_size, device, autocast=None):
 
 def introduce_run(model, batch_size, gradient_accumulation_steps, max_iters, eval_iters,
                   eval_interval, device):
-    """Where the write-up's data is not prepared, before anything is written: the run, its
-    time here (one step on random tokens, timed), preparing its data, a CPU-sized run."""
+    """Where the write-up's data is not prepared: the run, its time here (one step timed on
+    random tokens), how to prepare its data, a CPU-sized run."""
     c = model.config
     rows = min(batch_size, 4)  # a few sequences, timed, then scaled to the micro-batch
     x = torch.randint(c.vocab_size, (rows, c.context_size), device=device)

@@ -1,21 +1,16 @@
-"""
-The loss of a trained model over a whole text, every token once: one figure, every run.
+"""The loss of a trained model on a whole text, every token once: one figure.
 
-    python evaluate.py --out_dir=out/cpu_gpt2_encdec_mse_pos_sub   # its val split
-    python evaluate.py --out_dir=out/cpu_gpt2_encdec_mse_pos_sub --split=train
-    python evaluate.py --out_dir=out/cpu_gpt2_encdec_mse_pos_sub --input=my.txt  # any text
-    python evaluate.py --out_dir=out/reversal             # a task: held-out accuracy
+    python evaluate.py --out_dir=out/cpu_baseline    # its val split
+    python evaluate.py --out_dir=out/cpu_baseline --input=my.txt   # any text
+    python evaluate.py --out_dir=out/reversal   # a task: held-out accuracy
 
-Window k reads tokens [kT, kT + T) from an empty context and predicts kT + 1 .. kT + T
-(T: context_size): every token but the first once, whatever the batch size. Bits per
-byte = nats / UTF-8 bytes / ln 2 (end-of-text: one byte) compares tokenizers. Tokens
-outside a compact vocabulary have no id: they are left out, and counted.
-"""
+Window k reads tokens [kT, kT + T) and predicts kT + 1 .. kT + T
+(T: context_size): every token but the first once, whatever the batch size.
+Bits per byte compares tokenizers. Tokens outside a compact vocabulary
+have no id: they are left out, and counted."""
 import json
 import math
 import os
-import sys
-import time
 
 import numpy as np
 import torch
@@ -27,7 +22,7 @@ from machinery.files import folder_chain, hold_folder, release_folder
 from machinery.hardware import pick_device
 from machinery.process import fail, on_ctrl_c
 from model import ModelConfig, build_model
-from text import checkpoint_tokenizer, get_tokenizer, gpt2_encoding, read_articles, without_nul
+from text import checkpoint_tokenizer, get_tokenizer, gpt2_encoding, read_articles
 
 
 def token_byte_lengths(meta):
@@ -40,30 +35,16 @@ def token_byte_lengths(meta):
                      for i in ids], dtype=np.int64)
 
 
-def summarize(losses, targets, byte_lengths, totals=None):
-    """Loss, perplexity and bits per byte of losses on targets; totals (nats, tokens,
-    bytes so far, float64): add this batch to them, and sum up everything so far."""
-    totals = np.zeros(3) if totals is None else totals
-    totals += losses.sum(), len(losses), byte_lengths[targets].sum()
-    nats, n, n_bytes = totals
-    return {"loss": float(nats / n), "perplexity": math.exp(nats / n),
-            "bits_per_byte": float(nats / n_bytes / math.log(2)), "tokens": int(n),
-            "bytes": int(n_bytes)}
-
-
 def main(argv=None):
     parser = argument_parser(__doc__, "python evaluate.py")
     add = parser.add_argument
     add("--out_dir", required=True, help="the run's folder, holding ckpt.pt")
     add("--split", default="val", choices=("train", "val"),
-        help="the split of the run's dataset, from data/<dataset>/ here, beside the run "
-        "or above it, or in the repository (a task: its held-out sequences)")
-    add("--input", help="a text file instead: UTF-8, or a .jsonl of articles, read as "
-        "prepare_wikipedia.py reads it")
+        help="the split of data/<dataset>/ (a task: its sequences)")
+    add("--input", help="a UTF-8 text file instead")
     add("--batch_size", type=int, default=16, help="windows per forward pass")
-    add("--device", default="auto", help="auto (cuda, mps or cpu), cpu, cuda[:N], mps")
-    add("--dtype", default="float32",
-        help="float32 (the figure of record), bfloat16, float16, auto (train.py's)")
+    add("--device", default="auto", help="auto, cpu, cuda[:N], mps")
+    add("--dtype", default="float32", help="float32, bfloat16, float16, auto")
     add_flag(parser, "--compile", "torch.compile the model (a GPU, long texts)")
     args = parser.parse_args(argv)
     if args.batch_size < 1:
@@ -72,20 +53,21 @@ def main(argv=None):
     checkpoint, model = load_checkpoint(args.out_dir, args.device,
                                         build=lambda c: build_model(ModelConfig(**c)))
     dataset = checkpoint["train_config"]["dataset"]
-    meta = checkpoint["dataset_meta"]  # a task, or text and its tokenizer
+    meta = checkpoint["dataset_meta"]
     autocast = torch.autocast(args.device.split(":")[0], getattr(torch, dtype),
                               enabled=dtype != "float32")
 
-    if "task" in meta:  # greedy decoding's exact answers: train.py's val_accuracy
+    if "task" in meta:  # train.py's val_accuracy
         if args.input:
             fail(f"a {dataset} run scores its task's sequences: leave out --input")
         with autocast:
             accuracy, n = load_task(meta["task"]).score(model, args.split, args.device)
         which = "held-out" if args.split == "val" else "training"
-        result = {"out_dir": args.out_dir, "source": f"{dataset} {which} sequences",
+        source = f"{dataset} {which} sequences"
+        result = {"out_dir": args.out_dir, "source": source,
                   "accuracy": accuracy, "sequences": n}
-        print(f"{result['source']}: accuracy {accuracy:.2%} ({round(accuracy * n):,} of "
-              f"{n:,} answered exactly, by greedy decoding)")
+        print(f"{source}: accuracy {accuracy:.2%} ({round(accuracy * n):,} of {n:,} "
+              "answered exactly, by greedy decoding)")
         print(json.dumps(result))
         return result
 
@@ -94,21 +76,20 @@ def main(argv=None):
     encode, _, _, eot = checkpoint_tokenizer(checkpoint, ckpt_path, unknown)
     if args.compile:
         model.hidden_states = torch.compile(model.hidden_states)
-    if args.input:  # UTF-8 text without NUL (else one line), or a .jsonl
-        articles = without_nul(read_articles(args.input))
+    if args.input:
+        articles = read_articles(args.input)
         tokens = [np.array(encode(a["text"]) + [eot], np.uint16) for a in articles]
         tokens = np.concatenate([np.zeros(0, np.uint16), *tokens])
         source = args.input
-    else:  # data/<dataset> here, beside the run or above it, or in the repository
+    else:
         chain = folder_chain(os.path.abspath(args.out_dir))
         folders = ["", *reversed(chain), os.path.dirname(os.path.abspath(__file__))]
         found = [os.path.join(f, "data", dataset) for f in folders
                  if os.path.exists(os.path.join(f, "data", dataset, "meta.json"))]
         if not found:
             hint = prepare_hint(dataset, meta["tokenizer"], "compact_vocab" in meta)
-            fail(f"data/{dataset}/ not found here, beside {args.out_dir} or above it, or "
-                 f"in the repository: prepare it ({hint}), or give --input=FILE")
-        # held against a new preparation; whole, the tokens and text it was trained on
+            fail(f"data/{dataset}/ not found here, above {args.out_dir} or in the "
+                 f"repository: prepare it ({hint}), or give --input=FILE")
         hold_folder(found[0], "--dataset", "evaluate.py", shared=True)
         check_dataset(dataset, 0, model.config.vocab_size, meta, found[0])
         source = os.path.join(found[0], f"{args.split}.bin")
@@ -117,30 +98,24 @@ def main(argv=None):
         fail(f"{source} has {len(tokens)} token(s): nothing to predict; give more")
 
     block = model.config.context_size
-    started = [time.time(), 0.0]  # the start, the last progress line
-
-    def progress(done, total):  # a line every few seconds on long texts
-        if time.time() - started[1] > 5 or done == total:
-            started[1] = time.time()
-            eta = (started[1] - started[0]) / done * (total - done)
-            print(f"\r{done}/{total} windows, {eta:.0f}s left",
-                  end="\n" * (done == total), file=sys.stderr, flush=True)
-
-    totals = np.zeros(3)
+    totals = np.zeros(3)  # nats, tokens, bytes
     byte_lengths = token_byte_lengths(meta)
-    windows = window_losses(model, tokens, block, args.batch_size, args.device,
-                            autocast=autocast, progress=progress)
-    for targets, losses in windows:
-        figures = summarize(losses, targets, byte_lengths, totals)
-    release_folder(os.path.dirname(source))  # read: a preparation may go on (main called again)
-    result = {"out_dir": args.out_dir, "source": source, **figures,
+    for targets, losses in window_losses(model, tokens, block, args.batch_size,
+                                         args.device, autocast=autocast):
+        totals += losses.sum(), len(losses), byte_lengths[targets].sum()
+    release_folder(os.path.dirname(source))  # main may be called again
+    nats, n, n_bytes = totals
+    result = {"out_dir": args.out_dir, "source": source,
+              "loss": nats / n, "perplexity": math.exp(nats / n),
+              "bits_per_byte": nats / n_bytes / math.log(2),
+              "tokens": int(n), "bytes": int(n_bytes),
               "tokens_outside_vocab": len(unknown),
               "windows": len(window_starts(len(tokens), block)), "context_size": block}
     print("{source}: loss {loss:.4f} nats/token, perplexity {perplexity:.2f}, "
           "{bits_per_byte:.4f} bits/byte, {tokens:,} tokens ({bytes:,} bytes)".format(**result))
-    print("(every token once; train.py's val loss, a mean over eval_iters batches of "
-          "random windows, differs a little; with eval_iters=0 it is this)")
-    if unknown:  # no id: no model of this vocabulary can read or predict them
+    print("(every token once; train.py's val loss, a mean over eval_iters batches "
+          "of random windows, differs a little; with eval_iters=0 it is this)")
+    if unknown:
         share = len(unknown) / (len(unknown) + len(tokens))
         shown = get_tokenizer(meta["tokenizer"])[1](unknown[:5])
         print(f"left out: {len(unknown):,} tokens ({share:.2%}) outside the model's "

@@ -1,13 +1,12 @@
 """
 Prepare a dataset for train.py, nanoGPT style: whole articles, a random share
 (--seed) for val, each encoded and ended by the end-of-text token, into
-data/<name>/train.bin, val.bin (np.uint16 token ids) and meta.json (what they
-hold). The tokenizers: text.py.
+data/<name>/train.bin, val.bin (np.uint16 token ids) and meta.json.
 
     python prepare_wikipedia.py              # train.py's default: data/wikitext103/
-    python prepare_wikipedia.py --wikitext103 --input PATH/  # the same, from your copies
-    python prepare_wikipedia.py --wikitext2 --tokenizer=byte  # data/wikitext2_valid_byte/
-    python prepare_wikipedia.py --input my_texts/ --name=mine  # .txt, folders, .jsonl
+    python prepare_wikipedia.py --wikitext103 --input PATH/  # from your copies
+    python prepare_wikipedia.py --wikitext2 --tokenizer=byte  # WikiText-2's valid.txt
+    python prepare_wikipedia.py --input my_texts/ --name=mine  # .txt files, folders
 """
 import hashlib
 import json
@@ -23,36 +22,37 @@ import urllib3
 
 from configurator import add_flag, argument_parser
 from data import is_task
-from machinery.files import claim_folder, hold_folder, make_folder, release_folder
+from machinery.files import claim_folder, make_folder, release_folder
 from machinery.files import write_atomic, write_error
 from machinery.process import STOPS, fail, on_ctrl_c
 from text import get_tokenizer, read_articles, split_wikitext, without_nul
 
 TRAIN_DEFAULT = "wikitext103"  # train.py's default --dataset, what no flags prepare
 WRITE_UP_TOKENS = {"train": 38_276_830, "val": 4_341_780}  # the write-up's sizes
-DATASET_FILES = ("train.bin", "val.bin", "meta.json")  # in the order written, and renamed
+DATASET_FILES = ("train.bin", "val.bin", "meta.json")  # in the order written
 # the line a stop ends with
 stopped = "a dataset there stays whole, a download resumes: run the same command again"
 
 # -----------------------------------------------------------------------------
-# the core: articles -> a train/val split -> token ids -> train.bin, val.bin, meta.json
+# the core: articles -> train/val split -> token ids -> the dataset
 def prepare(articles, out, args, source):
     """Write the dataset of articles ({"title", "text"}, "val"?, "ids"?) into out."""
     encode, _, vocab_size, eot_token = get_tokenizer(args.tokenizer)
-    marked = any("val" in a for a in articles)  # else a random share of them goes to val
+    marked = any("val" in a for a in articles)  # else a random share goes to val
     num_found = len(articles)
     articles = [a for a in articles if len(a["text"]) >= args.min_chars]
     # whole articles to val: no article has text in both splits
     is_val = np.array([a.get("val", False) for a in articles], dtype=bool)
     if not marked and args.val_fraction:  # val_fraction of them, at least one
         num_val = max(1, round(len(articles) * args.val_fraction))
-        is_val[np.random.default_rng(args.seed).permutation(len(articles))[:num_val]] = True
+        order = np.random.default_rng(args.seed).permutation(len(articles))
+        is_val[order[:num_val]] = True
     if is_val.all() or marked and not is_val.any():
+        empty = "train" if is_val.all() else "val"
         fail(f"no article of at least --min_chars={args.min_chars} characters for "
-             f"{'train' if is_val.all() else 'val'} in {source} ({num_found} found); "
-             "give more text, or lower --min_chars or --val_fraction")
+             f"{empty} in {source} ({num_found} found); give more text or lower it")
     splits = {"train": [], "val": []}
-    for i, article in enumerate(articles):  # its token ids, then the end-of-text token
+    for i, article in enumerate(articles):  # its token ids, then end-of-text
         ids = article.get("ids")  # WikiText-103's come tokenized
         if ids is None:
             ids = np.array(encode(article["text"]) + [eot_token], dtype=np.uint16)
@@ -62,13 +62,14 @@ def prepare(articles, out, args, source):
     ids = {s: np.concatenate([np.zeros(0, np.uint16), *a]) for s, a in splits.items()}
     meta = dict(tokenizer=args.tokenizer, vocab_size=vocab_size, eot_token=eot_token)
     if args.compact_vocab:  # the ids that occur renumbered densely, in order
-        compact_vocab = np.unique(np.concatenate([ids["train"], ids["val"], [eot_token]]))
-        ids = {s: np.searchsorted(compact_vocab, a).astype(np.uint16) for s, a in ids.items()}
+        compact = np.unique(np.concatenate([ids["train"], ids["val"], [eot_token]]))
+        ids = {s: np.searchsorted(compact, a).astype(np.uint16) for s, a in ids.items()}
         # end-of-text, GPT-2's last id, is the last of them
-        meta.update(vocab_size=len(compact_vocab), eot_token=len(compact_vocab) - 1,
-                    full_vocab_size=vocab_size, compact_vocab=compact_vocab.tolist())
+        meta.update(vocab_size=len(compact), eot_token=len(compact) - 1,
+                    full_vocab_size=vocab_size, compact_vocab=compact.tolist())
     files = {f"{s}.bin": a.tobytes() for s, a in ids.items()}
-    for s, a in ids.items():  # the sum tells preparations apart, the sha256 any damage
+    # the sum tells preparations apart, the sha256 any damage
+    for s, a in ids.items():
         meta.update({f"{s}_tokens": len(a), f"{s}_articles": len(splits[s]),
                      f"{s}_token_sum": int(a.sum(dtype=np.uint64)),
                      f"{s}_sha256": hashlib.sha256(files[f"{s}.bin"]).hexdigest()})
@@ -82,7 +83,8 @@ def prepare(articles, out, args, source):
 
 def write_dataset(out, files):
     """All or nothing: each file written as <name>.new, then all renamed."""
-    kept = f"; {out} keeps its old dataset" * os.path.exists(os.path.join(out, "meta.json"))
+    old = os.path.exists(os.path.join(out, "meta.json"))
+    kept = f"; {out} keeps its old dataset" * old
     mask = getattr(signal, "pthread_sigmask", None)  # POSIX's; none on Windows
     try:
         for name in DATASET_FILES:  # meta.json.new last: it says all three are whole
@@ -107,19 +109,16 @@ def finish_writing(out):
             os.remove(new)
 
 # -----------------------------------------------------------------------------
-# where articles come from (local files, WikiText-2, WikiText-103), and the command line
+# where articles come from (local files, WikiText-2, WikiText-103), and the flags
 def read_input(paths):
-    """The articles of .txt files, folders of them, and .jsonl files."""
+    """The articles of .txt files and folders of them."""
     articles = []
-    for path in paths:
-        if not os.access(path, os.R_OK | os.X_OK * os.path.isdir(path)):  # or a broken link
-            fail(f"--input path not found, or not readable: {path}")
+    for path in paths:  # a missing one: read_text says so
         files = [path]
-        if os.path.isdir(path):  # its .txt files, less folders and broken links so named
-            files = [os.path.join(path, f) for f in sorted(os.listdir(path))
-                     if f.lower().endswith(".txt") and os.path.isfile(os.path.join(path, f))]
-        if not files:
-            fail(f"no .txt files in folder {path}; give .txt files, or .jsonl of articles")
+        if os.path.isdir(path):  # its .txt files, less folders so named
+            files = [os.path.join(path, f) for f in sorted(os.listdir(path))]
+            files = [f for f in files if f.lower().endswith(".txt")]
+            files = [f for f in files if os.path.isfile(f)]
         for file in files:
             articles += read_articles(file)
     return without_nul(articles)
@@ -136,8 +135,7 @@ WIKITEXT2_FILES = {
     "test": ("test.txt", "sha256",
              "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0"),
 }
-# WikiText-103 (raw) as the Hugging Face hub serves it (Salesforce/wikitext,
-# wikitext-103-raw-v1) at a pinned revision: its train split, 2 Parquet files of 157 MB
+# WikiText-103 (raw) on the Hugging Face hub at a pinned revision: its train split
 WIKITEXT103_URL = ("https://huggingface.co/datasets/Salesforce/wikitext/resolve/"
                    "b08601e04326c79dfdd32d625aee71d232d685c3/wikitext-103-raw-v1/")
 WIKITEXT103_FILES = {
@@ -146,28 +144,25 @@ WIKITEXT103_FILES = {
     "train-00001-of-00002.parquet":
         "ba090ac30dbf5461e8dcbdd1a1b8e6f3cf9c2c756d64f0c1220450acd514f720",
 }
-TIMEOUT = (10, 30)  # seconds to connect, and to wait for each read of the answer
-WAIT_MAX = 30  # seconds: the longest wait to try again (a Retry-After may ask hours)
+TIMEOUT = (10, 30)  # seconds to connect, and to wait for each read
 CHUNK = 1 << 20  # bytes written at a time: a cut download goes on from there
 
 
 class Retry(urllib3.util.Retry):
-    """urllib3's, each wait said first: a failed request (no connection or answer, HTTP
-    429, 5xx) is tried again after 0, 2, 4, 8, 16 s, or Retry-After, to WAIT_MAX."""
-    def sleep(self, response=None):
+    """urllib3's, each wait said first: tries after 0, 2, 4, 8, 16 s."""
+    def sleep(self, response=None):  # never a Retry-After's hours
         tries, last = len(self.history), self.history[-1]
-        asked = response and self.get_retry_after(response)  # None without the header
-        wait = min(WAIT_MAX, asked or self.get_backoff_time())
+        wait = self.get_backoff_time()
         why = f"HTTP {last.status}" if last.status else reason(last.error)
-        total = tries + self.total + 1
-        print(f"  {why}; try {tries + 1} of {total} in {wait:.0f} s", flush=True)
+        print(f"  {why}; try {tries + 1} of {tries + self.total + 1} in {wait:.0f} s")
         time.sleep(wait)
 
 
-RETRY = Retry(total=5, connect=2, backoff_factor=1, status_forcelist=[429, *range(500, 505)])
+RETRY = Retry(total=5, connect=2, backoff_factor=1,
+              status_forcelist=[429, *range(500, 505)])
 
 
-def reason(error):  # urllib3's error (or requests' one) in words, less the connection
+def reason(error):  # urllib3's (or requests') error in words
     cause = getattr(error.args[0] if error.args else None, "reason", None) or error
     return str(cause).split(": ", 1)[-1] or type(cause).__name__
 
@@ -185,21 +180,18 @@ def checked_file(args, what, name, kind, checksum, url, url_flag):
     """<out_dir>/<what>/name, downloaded if absent, or --input's copy; checked."""
     folder = os.path.join(args.out_dir, what.lower())
     if args.input:
-        folder = args.input[0] if os.path.isdir(args.input[0]) else os.path.dirname(args.input[0])
+        given = args.input[0]
+        folder = given if os.path.isdir(given) else os.path.dirname(given)
     path = os.path.join(folder, name)
     if not os.path.exists(path) and args.input:
         fail(f"--input gives no copy of {what}'s {name}: give a folder holding it")
     if not os.path.exists(path):
         make_folder(folder)
-        hold_folder(folder, "--out_dir", f"prepare_wikipedia.py: {name}")  # one at a time
-    if not os.path.exists(path):  # another process may have got it meanwhile
-        download(url.rstrip("/") + "/" + name, path, kind, checksum, url_flag,
-                 f"Offline, copy {what}'s {name} from a machine with network into "
-                 f"{folder}/, then run the same command again")
-    elif file_checksum(path, kind) != checksum:  # never deleted: it may be your own text
-        fix = "give the published file" if args.input else "move it away and run again"
-        own = f", or prepare it as your text: --input {path} --name=NAME" * path.endswith(".txt")
-        fail(f"{path} is not {what}'s {name} as published (its {kind} differs); {fix}{own}")
+        download(f"{url.rstrip('/')}/{name}", path, kind, checksum, url_flag,
+                 f"Offline, copy {what}'s {name} into {folder}/ and run again")
+    elif file_checksum(path, kind) != checksum:  # never deleted: maybe your text
+        own = f"; or use it as text: --input {path} --name=NAME" * path.endswith(".txt")
+        fail(f"{path} is not {what}'s {name} as published; move it away{own}")
     return path
 
 
@@ -209,52 +201,46 @@ def download(url, path, kind, checksum, url_flag, offline):
     session = requests.Session()
     session.mount("http://", requests.adapters.HTTPAdapter(max_retries=RETRY))
     session.mount("https://", session.adapters["http://"])
-    while True:
-        have = os.path.getsize(part) if os.path.exists(part) else 0
-        print(f"downloading {url}" + f" from byte {have:,}" * bool(have), flush=True)
-        headers = {"Accept-Encoding": "identity"}  # the file's own bytes, for byte ranges
-        headers.update({"Range": f"bytes={have}-"} if have else {})
-        try:
-            with session.get(url, headers=headers, stream=True, timeout=TIMEOUT) as r:
-                if r.status_code == 416:  # no byte after `have`: the part is whole
-                    break
+    have = os.path.getsize(part) if os.path.exists(part) else 0
+    print(f"downloading {url}" + f" from byte {have:,}" * bool(have), flush=True)
+    headers = {"Accept-Encoding": "identity"}  # the file's bytes, for byte ranges
+    headers.update({"Range": f"bytes={have}-"} if have else {})
+    try:
+        with session.get(url, headers=headers, stream=True, timeout=TIMEOUT) as r:
+            # 206: the rest of the file; 200: all of it; 416: the part is whole
+            if r.status_code != 416:
                 r.raise_for_status()
-                with open(part, "ab" if r.status_code == 206 else "wb") as f:  # 200: all
+                with open(part, "ab" if r.status_code == 206 else "wb") as f:
                     for chunk in r.iter_content(CHUNK):
                         f.write(chunk)
                         print(f"\r  {f.tell() / 1e6:,.1f} MB", end="")
-            print()
-            break
-        except requests.HTTPError as e:
-            fail(f"{url} answered HTTP {e.response.status_code}; check {url_flag}")
-        except requests.RequestException as e:
-            if not os.path.exists(part) or os.path.getsize(part) == have:
-                fail(f"could not download {url} ({reason(e)}); no network? {offline}")
-            print()  # cut after some progress: go on from there
-        except OSError as e:  # a full disk
-            fail(f"could not write {part}: {write_error(part, e)}; it resumes when run again")
+        print()
+    except requests.HTTPError as e:
+        fail(f"{url} answered HTTP {e.response.status_code}; check {url_flag}")
+    except requests.RequestException as e:  # run again: it resumes from the part
+        fail(f"could not download {url} ({reason(e)}); no network? {offline}")
+    except OSError as e:  # a full disk
+        fail(f"could not write {part}: {write_error(part, e)}; it resumes when run again")
     if file_checksum(part, kind) != checksum:
         os.remove(part)
-        fail(f"{os.path.basename(path)} from {url} does not have the expected {kind}; "
-             f"deleted: run again, or check {url_flag}")
+        fail(f"{url} does not have the expected {kind}; deleted: run again, "
+             f"or check {url_flag}")
     os.replace(part, path)
 
 
 def wikitext2_files(args, split):
-    """The checked files of a WikiText-2 split (valid, train, test, all; None: none)."""
+    """The checked files of a WikiText-2 split (valid, train, test, all; None)."""
     splits = WIKITEXT2_FILES if split == "all" else [split] if split else []
     return [checked_file(args, "WikiText-2", *WIKITEXT2_FILES[s], args.wikitext2_url,
                          "--wikitext2_url") for s in splits]
 
 
 def wikitext103_articles(args, encode, eot_token):
-    """Whole articles in --seed's order, with "ids": val, then train, to --*_tokens."""
-    try:  # only here: the one reader of Parquet files (requirements.txt)
-        import pyarrow.parquet as pq
-    except ImportError:
-        fail("WikiText-103's files are Parquet, which needs pyarrow: pip install pyarrow")
-    paths = [checked_file(args, "WikiText-103", name, "sha256", checksum, args.wikitext103_url,
-                          "--wikitext103_url") for name, checksum in WIKITEXT103_FILES.items()]
+    """Whole articles, with "ids", in --seed's order: val, then train."""
+    import pyarrow.parquet as pq  # only here: the one reader of Parquet files
+    paths = [checked_file(args, "WikiText-103", name, "sha256", checksum,
+                          args.wikitext103_url, "--wikitext103_url")
+             for name, checksum in WIKITEXT103_FILES.items()]
     # a row is a line of the split's text, with its newline: joined, the text file
     text = "".join(line for path in paths
                    for line in pq.read_table(path, columns=["text"])["text"].to_pylist())
@@ -270,8 +256,8 @@ def wikitext103_articles(args, encode, eot_token):
         counts[split] += len(ids)
         print(f"\rtokenized {len(chosen):,} articles: {counts}", end="")
     if counts["train"] < args.train_tokens:
-        fail(f"WikiText-103's train split has {sum(counts.values()):,} tokens in articles of "
-             f"--min_chars={args.min_chars} or more; lower --train_tokens or --val_tokens")
+        fail(f"WikiText-103's train split has {sum(counts.values()):,} tokens; "
+             "lower --train_tokens, --val_tokens or --min_chars")
     return chosen
 
 
@@ -279,20 +265,20 @@ def parse_args(argv):
     """The command line's flags, checked against each other."""
     parser = argument_parser(__doc__, "python prepare_wikipedia.py")
     add = parser.add_argument
-    add_flag(parser, "--wikitext103", "WikiText-103's train split, as no flag gives it")
-    add("--train_tokens", type=int, default=WRITE_UP_TOKENS["train"], help="WikiText-103's train")
-    add("--val_tokens", type=int, default=WRITE_UP_TOKENS["val"], help="WikiText-103's val")
+    add_flag(parser, "--wikitext103", "WikiText-103's train split (the default)")
+    add("--train_tokens", type=int, default=WRITE_UP_TOKENS["train"], help="its train")
+    add("--val_tokens", type=int, default=WRITE_UP_TOKENS["val"], help="its val")
     add("--wikitext103_url", default=WIKITEXT103_URL, help="where its files are")
     add("--wikitext2", nargs="?", const="valid", choices=[*WIKITEXT2_FILES, "all"],
         help="WikiText-2's valid (default), train or test text, or all three")
     add("--wikitext2_val", choices=list(WIKITEXT2_FILES), help="val.bin's split")
     add("--wikitext2_url", default=WIKITEXT2_URL, help="where its files are")
-    add("--input", nargs="+", metavar="PATH", help=".txt files, folders of them, .jsonl "
-        "of articles; with --wikitext2 or --wikitext103: your copies of their files")
-    add("--val_input", nargs="+", metavar="PATH", help="local text for val.bin alone")
+    add("--input", nargs="+", metavar="PATH", help=".txt files, folders of them; "
+        "with --wikitext2/103: copies of their files")
+    add("--val_input", nargs="+", metavar="PATH", help="text for val.bin alone")
     add("--tokenizer", default="gpt2", help="gpt2 (GPT-2 BPE) or byte (UTF-8)")
     add_flag(parser, "--compact_vocab", "number the GPT-2 tokens that occur densely")
-    add("--val_fraction", type=float, default=0.05, help="val.bin's share of articles")
+    add("--val_fraction", type=float, default=0.05, help="val.bin's share")
     add("--min_chars", type=int, default=500, help="skip articles shorter than this")
     add("--seed", type=int, default=1337, help="seed of the train/val split")
     add("--out_dir", default="data", help="the folder of datasets and downloads")
@@ -300,21 +286,21 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if (args.wikitext2_val and not args.wikitext2) or (args.val_input and (
             args.wikitext2_val or not (args.input or args.wikitext2))):
-        fail("--wikitext2_val or --val_input (one) gives the val text of a --wikitext2 "
-             "or --input dataset; add --wikitext2=valid or --input PATH")
+        fail("--wikitext2_val or --val_input (one) gives the val text of a "
+             "--wikitext2 or --input dataset; add --wikitext2 or --input PATH")
     if args.wikitext103 and (args.wikitext2 or args.val_input):
-        fail("--wikitext103 is a dataset of its own; leave out --wikitext2 and --val_input")
+        fail("--wikitext103 is a dataset alone; leave out --wikitext2, --val_input")
     args.wikitext103 = args.wikitext103 or not (args.input or args.wikitext2)
     args.sized = {"train": args.train_tokens, "val": args.val_tokens} != WRITE_UP_TOKENS
     if args.sized and not args.wikitext103:
-        fail("--train_tokens and --val_tokens size a WikiText-103 dataset; leave out --input "
-             "and --wikitext2, or add --wikitext103 (then --input gives its files)")
+        fail("--train_tokens and --val_tokens size WikiText-103; add --wikitext103")
     for flag, low, end in [("seed", 0, 2 ** 63), ("val_fraction", 0, 1),
                            ("train_tokens", 1, np.inf), ("val_tokens", 1, np.inf)]:
-        if not low <= getattr(args, flag) < end:
-            fail(f"--{flag}={getattr(args, flag)} is out of range; use a value in [{low}, {end})")
+        value = getattr(args, flag)
+        if not low <= value < end:
+            fail(f"--{flag}={value} is out of range; use a value in [{low}, {end})")
     if args.compact_vocab and args.tokenizer != "gpt2":
-        fail("--compact_vocab renumbers GPT-2 token ids; use it with --tokenizer gpt2")
+        fail("--compact_vocab renumbers GPT-2 token ids; add --tokenizer gpt2")
     return args
 
 
@@ -330,37 +316,39 @@ def dataset_name(args):
     elif not name:
         name = os.path.splitext(os.path.basename(os.path.normpath(args.input[0])))[0]
     if not re.fullmatch(r"[\w.-]+", name) or name in (".", ".."):
-        fail(f"--name={name} is not a folder name; use letters, digits, '_', '-' and '.'")
+        fail(f"--name={name} is not a folder name; use letters, digits, _ - and .")
     if is_task(name.lower()):
-        fail(f"--name={name} is reserved for the task of tasks/{name.lower()}.py; choose "
-             f"another --name, e.g. --name={name}_text")
+        fail(f"--name={name} is reserved for a task (tasks/); choose another --name")
     return name
 
 
 def main(argv=None):
     args = parse_args(argv)
-    encode, _, _, eot_token = get_tokenizer(args.tokenizer)  # fail fast on a bad name
+    # fail fast on a bad tokenizer name
+    encode, _, _, eot_token = get_tokenizer(args.tokenizer)
     name = dataset_name(args)
     out = os.path.join(args.out_dir, name)
-    command = " ".join(["prepare_wikipedia.py", *(sys.argv[1:] if argv is None else argv)])
+    argv = sys.argv[1:] if argv is None else argv
+    command = " ".join(["prepare_wikipedia.py", *argv])
     claim_folder(out, command, "--name")  # no run, no other prepare uses it now
-    finish_writing(out)  # of a preparation a kill -9 cut short as it renamed its files
+    finish_writing(out)  # of a preparation killed as it renamed its files
     if args.wikitext103:
         articles = wikitext103_articles(args, encode, eot_token)
         source = f"WikiText-103 (raw) train split, {args.wikitext103_url}, seed {args.seed}"
     else:
         inputs = wikitext2_files(args, args.wikitext2) or args.input
         val_inputs = wikitext2_files(args, args.wikitext2_val) or args.val_input or []
-        articles = read_input(inputs) + [dict(a, val=True) for a in read_input(val_inputs)]
+        articles = read_input(inputs)
+        articles += [dict(a, val=True) for a in read_input(val_inputs)]
         source = "local files: " + " ".join(inputs)
         source += "; val.bin from " + " ".join(val_inputs) if val_inputs else ""
     meta = prepare(articles, out, args, source)
-    # the config of a run of the write-up's best encoder-decoder, minutes on a CPU
-    config, own = {"byte": ("cpu_encdec_mse_pos_sub", "wikitext2_valid_byte"),
-                   "gpt2": ("cpu_gpt2_encdec_mse_pos_sub", "wikitext2_valid_gpt2c")}[args.tokenizer]
-    command = (f"python train.py config/{config}.py" + f" --dataset={name}" * (name != own)
-               + " --vocab_size=None" * (name != own and args.tokenizer == "gpt2")
-               + " (minutes on a CPU; config/ has the baseline and the other variants)")
+    # a run of the write-up's best encoder-decoder: minutes on a CPU
+    gpt2 = args.tokenizer == "gpt2"
+    command = f"python train.py config/cpu{'_gpt2' * gpt2}_encdec_mse_pos_sub.py"
+    if name != "wikitext2_valid_" + ("gpt2c" if gpt2 else "byte"):  # its own
+        command += f" --dataset={name}" + " --vocab_size=None" * gpt2
+    command += " (minutes on a CPU; config/ has the baseline and the other variants)"
     if name == TRAIN_DEFAULT:  # the write-up's run
         command = "python train.py (the write-up's run: 9,000 steps, for a GPU)"
     print(f"wrote {out}: train {meta['train_tokens']:,} and val {meta['val_tokens']:,} "

@@ -1,13 +1,11 @@
 """
-Sample from a run of train.py. Its ckpt.pt carries the tokenizer and what the run
-trained on: the run's folder is all it needs, from any working folder.
+Sample from a run of train.py: its folder is all it needs (ckpt.pt has the tokenizer).
 
-    python sample.py --out_dir=out/cpu_encdec_mse_pos_sub --start="The history of"
-    python sample.py --out_dir=out/cpu_encdec_mse_pos_sub --start=FILE:a.txt --top_p=0.9
+    python sample.py --out_dir=out/cpu_baseline --start="The history of"
+    python sample.py --out_dir=out/cpu_baseline --start=FILE:a.txt --top_p=0.9
     python sample.py --out_dir=out/reversal --start="3 5 4 2 1"  # a task
 """
 import glob
-import math
 import os
 import sys
 
@@ -19,7 +17,7 @@ from machinery.checkpoints import load_checkpoint
 from machinery.hardware import pick_device
 from machinery.process import fail, on_ctrl_c
 from model import ModelConfig, build_model
-from text import checkpoint_tokenizer, get_tokenizer
+from text import checkpoint_tokenizer, get_tokenizer, read_text
 
 on_ctrl_c("stopped sampling", lower="--num_samples or --max_new_tokens")
 
@@ -29,17 +27,16 @@ add("--out_dir", help="the run's folder (default: the one out/*/ here)")
 add("--start", help="the prompt, or FILE:path (default: a new line; a task: random)")
 add("--num_samples", type=int, default=3, help="samples drawn from the prompt")
 add("--max_new_tokens", type=int, default=300, help="tokens to generate, at most")
-add("--temperature", type=float, default=0.8, help="lower: likelier, higher: more random")
+add("--temperature", type=float, default=0.8, help="lower: likelier; higher: freer")
 add("--top_k", type=int, help="draw from the k likeliest (default 200; a task: 1)")
-add("--top_p", type=float, help="draw from the fewest likeliest tokens adding up to p, "
-    "e.g. 0.9 (nucleus sampling; a task: samples, not greedy)")
+add("--top_p", type=float, help="draw from the fewest likeliest tokens adding up to p")
 add_flag(parser, "--stop_at_eot", "end a sample at its article's end", default=True)
 add("--seed", type=int, default=1337, help="random seed of the samples")
 add("--device", default="auto", help="auto (cuda, mps or cpu), cpu, cuda[:N], mps")
 add("--dtype", default="auto", help="auto (half on a GPU), float32, bfloat16, float16")
 args = parser.parse_args()
 checks = (  # setting, refused?, what to use instead
-    ("temperature", not 0 < args.temperature < math.inf, "use one above 0, e.g. 0.8"),
+    ("temperature", not 0 < args.temperature < float("inf"), "use one above 0"),
     ("top_k", args.top_k is not None and args.top_k < 1, "use 1 or more"),
     ("top_p", args.top_p is not None and not 0 < args.top_p <= 1, "use one in (0, 1]"),
     ("top_p", args.top_k == 1 and args.top_p is not None, "drop it or --top_k=1"),
@@ -53,32 +50,21 @@ for name, refused, fix in checks:
 # logits / temperature overflow float32 below 1e-30, where it is greedy anyway
 temperature = max(args.temperature, 1e-30)
 
-# the prompt: bytes that are not UTF-8 (in a file or argument) are surrogates here
 start = args.start
 if start and start.startswith("FILE:"):
-    try:  # a megabyte at most: a context holds far less, and /dev/zero has no end
-        with open(start[5:], "rb") as f:
-            start = f.read(2 ** 20 + 1)
-    except OSError as e:
-        fail(f"cannot read the prompt file {e.filename} ({e.strerror})")
-    if len(start) > 2 ** 20:
-        fail(f"the prompt file {f.name} holds more than a megabyte; give its end")
-    start = start.decode("utf-8", "surrogateescape")
-try:
+    start = read_text(start[5:])
+try:  # an argument's bytes that are not UTF-8 are surrogates here
     (start or "").encode("utf-8")
 except UnicodeEncodeError:
-    fail(f"the prompt {args.start!r} is not UTF-8 text; give UTF-8")
+    fail(f"the prompt {start!r} is not UTF-8 text; give UTF-8")
 
-# the model
 args.device, dtype = pick_device(args.device, args.dtype)
-named = ""  # the run found: said once the prompt has passed its checks
+named = ""  # the run found: said once the prompt passed its checks (an error is one line)
 if args.out_dir is None:  # train.py's default folders are out/<dataset>
     runs = sorted(map(os.path.dirname, glob.glob(os.path.join("out", "*", "ckpt.pt"))))
-    if not runs:
-        fail("no trained model here (out/*/ckpt.pt): train one first, e.g. `python "
-             "train.py --dataset=reversal`, or give a run's folder with --out_dir")
-    if len(runs) > 1:
-        fail(f"several runs here ({', '.join(runs)}); give one's folder with --out_dir")
+    if len(runs) != 1:
+        fail(f"{len(runs) or 'no'} trained models here (out/*/ckpt.pt): give --out_dir, "
+             "or train one first, e.g. `python train.py --dataset=reversal`")
     args.out_dir = runs[0]
     named = f"sampling {args.out_dir}, the one run here (--out_dir picks another)\n"
 checkpoint, model = load_checkpoint(args.out_dir, args.device,
@@ -87,7 +73,7 @@ autocast = torch.autocast(args.device.split(":")[0], getattr(torch, dtype),
                           enabled=dtype != "float32")
 torch.manual_seed(args.seed)
 
-meta = checkpoint["dataset_meta"]  # what it trained on: a task, or text, its tokenizer
+meta = checkpoint["dataset_meta"]
 if "task" in meta:  # one right answer: greedy (once a prompt), unless --top_p
     task = load_task(meta["task"])
     top_k = args.top_k or (None if args.top_p else 1)
@@ -114,15 +100,11 @@ if unknown and start and not start[0].isspace():
               "word of the training text", file=sys.stderr)
 if unknown:
     shown = get_tokenizer(meta["tokenizer"])[1](unknown[:5])
-    fail(f"the prompt has {len(unknown)} token(s) outside this model's vocabulary of "
-         f"{n_vocab} (its training text's), e.g. {shown!r}; use words of that text")
+    fail(f"the prompt has {len(unknown)} token(s) outside the model's vocabulary of "
+         f"{n_vocab}, e.g. {shown!r}; use words of its training text")
 skip = 0 if prompt else 1  # no prompt: a new article, its end-of-text not shown
 prompt = prompt or [eot]
 print(named, end="", file=sys.stderr)
-context = model.config.context_size
-if len(prompt) > context:  # generate reads the last context_size tokens
-    print(f"note: the prompt's {len(prompt)} tokens are more than the model's context of "
-          f"{context}: it reads the last {context}", file=sys.stderr)
 stop = eot if args.stop_at_eot else None
 x = torch.tensor([prompt] * args.num_samples, device=args.device)
 with torch.no_grad(), autocast:

@@ -1,14 +1,11 @@
 """
-Train the auto-regressive encoder-decoder transformer of "Auto-regressive Encoder-Decoder
-Transformer" (Yan, 2024), its earlier draft's parallel one, or the decoder-only baseline.
+Train the encoder-decoder of "Auto-regressive Encoder-Decoder Transformer" (Yan, 2024),
+its earlier draft's parallel one, or the decoder-only baseline.
 
     python train.py --dataset=reversal          # no setup: a small model reverses digits
     python train.py config/cpu_baseline.py      # a config file; --key=value after it wins
     python train.py --help                      # every setting, its default and meaning
     torchrun --standalone --nproc_per_node=8 train.py config/paper_baseline.py   # DDP
-
-A step's sequences depend on (seed, iteration) only (data.Batches): resumed and DDP runs
-log an unbroken run's losses; other micro-batch splits of a step take the same gradients.
 """
 import dataclasses
 import math
@@ -25,7 +22,7 @@ from data import Batches, introduce_run, is_task, load_task, open_dataset, split
 from machinery import checkpoints, distributed, hardware, process
 from model import ModelConfig, build_model, get_lr, logits_needed
 
-stop = process.StopAfterStep()  # armed: a stop finishes the step, saves it, ends the run
+stop = process.StopAfterStep()  # armed: a stop finishes the step, saves, ends the run
 
 
 def kept():
@@ -42,35 +39,35 @@ process.on_ctrl_c(kept, lower="--batch_size (a larger --gradient_accumulation_st
 
 # -----------------------------------------------------------------------------
 # settings; the defaults train the write-up's model (13 + 13 layers, 150 wide) as its
-# appendix did (one A100, 9k steps); a task of tasks/ has its own small model, schedule
+# appendix did (one A100, 9k steps); a task of tasks/ has its own model and schedule
 out_dir = ""  # folder for ckpt.pt and log.jsonl; "" means out/<dataset>
 dataset = "wikitext103"  # data/<dataset>/ (train.bin, val.bin, meta.json), or a task
 batch_size = 50  # sequences per micro-batch
-gradient_accumulation_steps = 16  # micro-batches per optimizer step, in all processes
+gradient_accumulation_steps = 16  # micro-batches per step, in all processes
 max_iters = 9000  # optimizer steps of the whole run
 learning_rate = 9e-4  # peak learning rate, reached at the end of the warmup
 decay_lr = True  # linear warmup, then cosine decay to min_lr; False: constant
 min_lr = 9e-5  # the learning rate at the end of the cosine decay
 warmup_iters = 300  # steps of linear warmup
-lr_decay_iters = 700000  # warmup plus cosine steps; past max_iters, as in the write-up
+lr_decay_iters = 700000  # warmup plus cosine steps (past max_iters: the write-up's)
 weight_decay = 0.1  # AdamW weight decay of matmul weights and embeddings
 beta1 = 0.9  # AdamW beta1
 beta2 = 0.95  # AdamW beta2
 grad_clip = 1.0  # clip the gradient norm to this; 0 disables
 eval_interval = 500  # steps between evaluations (and checkpoints)
-eval_iters = 200  # batches per split an evaluation; 0: every val token once (evaluate.py)
-log_interval = 10  # steps between progress lines (and at least one a minute)
+eval_iters = 200  # batches per split an evaluation; 0: every val token once
+log_interval = 10  # steps between progress lines
 init_from = "scratch"  # scratch | resume (from out_dir/ckpt.pt)
 overwrite = False  # True: a fresh run may replace the checkpoint and log in out_dir
 always_save_checkpoint = True  # False: save only when the val loss improves
 seed = 1337  # random seed of the initial weights, batches and dropout
 device = "auto"  # auto (cuda, then mps, then cpu) | cpu | cuda | cuda:N | mps
 dtype = "auto"  # auto (a GPU: bfloat16 or float16, else float32) or one of those
-compile = False  # torch.compile the model (one GPU, one micro-batch a step: CUDA graphs)
-wandb_log = False  # log to Weights & Biases too (pip install wandb; WANDB_MODE=offline)
+compile = False  # torch.compile the model (CUDA graphs on one GPU)
+wandb_log = False  # log to Weights & Biases too (pip install wandb)
 wandb_project = "ar-encoder-decoder"  # its Weights & Biases project
 wandb_run_name = ""  # its run name; "" means out_dir
-# each ModelConfig field is a global of its name; None: the variant's default (model.py)
+# each ModelConfig field a global; None: the variant's default (model.py)
 globals().update(dict.fromkeys(ModelConfig.flags()))
 # -----------------------------------------------------------------------------
 # config: `python train.py [config/file.py ...] [--key=value ...]`, later ones win
@@ -79,7 +76,7 @@ defaults = {k: v for k, v in globals().items() if not k.startswith("_")
 user_set = configure(globals(), defaults, sys.argv[1:], ModelConfig)
 out_dir = out_dir or os.path.join("out", dataset)  # each dataset its own folder
 ckpt_path = os.path.join(out_dir, "ckpt.pt")
-command = " ".join(["train.py", *sys.argv[1:]])  # who holds out_dir and the data folder
+command = " ".join(["train.py", *sys.argv[1:]])  # who holds the folders
 master = process.MASTER  # rank 0 writes
 checkpoint = None
 restored = {}  # the settings a resume takes from its checkpoint
@@ -87,17 +84,13 @@ trained = None  # what a resumed run trained on, as its checkpoint records it
 if init_from == "resume":  # the checkpoint's settings fill in every key not set here
     checkpoint, restored = checkpoints.resume(out_dir, {"dataset": dataset, "seed": seed},
                                               user_set, command)
-    restored = {k: v for k, v in restored.items() if k in defaults}  # none since removed
+    restored = {k: v for k, v in restored.items() if k in defaults}  # still settings
     apply(globals(), defaults, restored.items(), f"{ckpt_path}'s train_config", ModelConfig)
     user_set |= restored.keys()
     trained = checkpoint["dataset_meta"]
 task = None  # a generated task: as the checkpoint records it, else by its name
 if ("task" in trained) if trained is not None else is_task(dataset):
-    if trained is None and os.path.isdir(os.path.join("data", dataset)):  # no clash
-        process.fail(f"--dataset={dataset} names both the task tasks/{dataset}.py and "
-                     f"the dataset folder data/{dataset}/; rename one of them (prepare "
-                     "the text again with another --name)")
-    # a task's DEFAULTS set its model and schedule, not where it writes, what it replaces
+    # a task's DEFAULTS set its model and schedule, not where it writes
     run_settings = ("out_dir", "dataset", "init_from", "overwrite", "wandb_log")
     task = load_task(dataset, [k for k in defaults if k not in run_settings])
 if task is not None:  # a generated task: its own small model and short schedule
@@ -107,7 +100,7 @@ if task is not None:  # a generated task: its own small model and short schedule
         print(f"{dataset}: using its own defaults for "
               + ", ".join(f"{k}={v}" for k, v in own.items()))
 # -----------------------------------------------------------------------------
-# every setting's range, checked before anything is written: one line naming it, the fix
+# every setting's range, checked before anything is written
 least = dict(batch_size=1, gradient_accumulation_steps=1, max_iters=0, warmup_iters=0,
              lr_decay_iters=0, eval_interval=1, log_interval=1)  # counts: at least these
 checks = {k: (globals()[k] >= n, f"use {n} or more") for k, n in least.items()}
@@ -119,9 +112,8 @@ checks |= {  # setting: (is the value allowed?, what to use instead)
     "beta1": (0 <= beta1 < 1, "use a number in [0, 1), e.g. 0.9"),
     "beta2": (0 <= beta2 < 1, "use a number in [0, 1), e.g. 0.95"),
     "grad_clip": (0 <= grad_clip < math.inf, "use a norm, e.g. 1.0, or 0: no clipping"),
-    "eval_iters": (eval_iters >= (task is not None),
-                   f"use 1 or more ({dataset} is a generated task: no val.bin)"
-                   if task else "use 1 or more batches, or 0 for every val token"),
+    "eval_iters": (eval_iters >= (task is not None), f"use 1 or more ({dataset} is a task: "
+                   "no val.bin)" if task else "use 1 or more, or 0: every val token"),
     "seed": (0 <= seed < 2 ** 63, "use an integer from 0 to 2**63 - 1"),
     "dataset": (re.fullmatch(r"[\w.-]+", dataset) is not None, "name a data/ folder or a task"),
 }
@@ -134,8 +126,7 @@ except ValueError as e:
     errors.append(str(e))
 if errors:
     process.fail(errors[0])
-resumed_device = {"device", "dtype"} & restored.keys()
-device, dtype = hardware.pick_device(device, dtype, ckpt_path if resumed_device else None)
+device, dtype = hardware.pick_device(device, dtype)
 if dataset == "wikitext103" and not os.path.exists(os.path.join("data", dataset)):
     introduce_run(build_model(config), batch_size, gradient_accumulation_steps, max_iters,
                   eval_iters, eval_interval, device)
@@ -143,17 +134,17 @@ train_config = {k: globals()[k] for k in defaults}  # saved in checkpoints
 # -----------------------------------------------------------------------------
 # processes and devices
 rank, world_size, device = distributed.start(device, batch_size, gradient_accumulation_steps)
-my_micro_steps = list(range(rank, gradient_accumulation_steps, world_size))  # r, r + W...
+my_micro_steps = list(range(rank, gradient_accumulation_steps, world_size))
 device_type = device.split(":")[0]  # cuda, mps or cpu
 ptdtype = getattr(torch, dtype)
 autocast = torch.autocast(device_type, dtype=ptdtype) if dtype != "float32" else nullcontext()
-# float16: the loss scaled up before backward (else gradients underflow); inf/NaN: no step
+# float16: the loss scaled up before backward, else gradients underflow
 scaler = torch.amp.GradScaler(device_type, enabled=dtype == "float16")
 torch.backends.cuda.matmul.allow_tf32 = True
 torch.backends.cudnn.allow_tf32 = True
 # -----------------------------------------------------------------------------
 # data: a generated task, or data/<dataset>; every batch fixed by (seed, iteration)
-source, block, vocab_size, meta = open_dataset(  # context_size, vocab_size: model flags
+source, block, vocab_size, meta = open_dataset(  # vocab_size: a model flag
     dataset, task, config.context_size, vocab_size, command, trained)  # noqa: F821
 batches = Batches(source, block, batch_size, gradient_accumulation_steps, seed, device)
 # -----------------------------------------------------------------------------
@@ -167,7 +158,7 @@ iter_num, best_val_loss, tokens_seen, grad_norm, logged, wandb_run = checkpoints
     checkpoint, raw_model, optimizer, scaler, train_config, command)
 stop.saved_iter = iter_num if checkpoint is not None else None
 checkpoint = None  # free the memory
-# the loss without (B, T, vocab) logits where they would be large (model.logits_needed)
+# no (B, T, vocab) logits where they would be large (model.logits_needed)
 return_logits = logits_needed(config, device_type, batch_size * block)
 model = raw_model
 if compile:  # a failure: one line naming --compile=False (process.machine_error)
@@ -184,8 +175,8 @@ schedule = dict(learning_rate=learning_rate, min_lr=min_lr, warmup_iters=warmup_
 
 @torch.no_grad()
 def estimate_loss():
-    """Mean cross-entropy and embedding loss of eval_iters fixed batches a split, in eval
-    mode (no dropout); eval_iters=0: every val token once (every_token_loss)."""
+    """Mean losses of eval_iters fixed batches a split, without dropout; eval_iters=0:
+    every val token once."""
     eval_model.eval()
     out = every_token_loss() if eval_iters == 0 else {}
     for split in ("train", "val") if eval_iters else ():
@@ -203,8 +194,7 @@ def estimate_loss():
 
 
 def every_token_loss():
-    """Every val token once, as many train windows (data.split_losses); the embedding loss
-    of one val batch (not a per-token figure)."""
+    """Every val token once, as many train windows; the embedding loss of one val batch."""
     out = split_losses(raw_model, source, block, batch_size, device, autocast)
     if config.embedding_loss != "none":
         with autocast:
@@ -214,22 +204,20 @@ def every_token_loss():
 
 
 def evaluation():
-    """An evaluation's record: its losses, then the last steps' lr, gradient norm, speed.
-    None if a stop comes before or during it: the step is saved; a resume evaluates it."""
+    """An evaluation's record, or None if a stop came (the step is saved; a resume
+    evaluates it)."""
     if stop.requested:
         return None
-    with stop.evaluation(iter_num):  # a stop ends it at once
-        speed = meter.evaluating(iter_num)
-        return {"iter": iter_num, "tokens": tokens_seen, **estimate_loss(),
-                "lr": get_lr(iter_num, **schedule),
-                "grad_norm": None if grad_norm is None else grad_norm.item(),
-                **({"grad_scale": scaler.get_scale()} if scaler.is_enabled() else {}),
-                "tokens_per_sec": speed, "mfu": speed and meter.mfu(speed)}
+    tokens_per_sec, mfu = clock.speed(iter_num)
+    return {"iter": iter_num, "tokens": tokens_seen, **estimate_loss(),
+            "lr": get_lr(iter_num, **schedule),
+            "grad_norm": None if grad_norm is None else grad_norm.item(),
+            **({"grad_scale": scaler.get_scale()} if scaler.is_enabled() else {}),
+            "tokens_per_sec": tokens_per_sec, "mfu": mfu}
 
 
 def save(record):
-    """Log rank 0's evaluation record (None: none, or a stop ended it), save a checkpoint
-    of this step: always, or if the val loss improves (always_save_checkpoint=False)."""
+    """Log rank 0's evaluation record (None: none), save a checkpoint of this step."""
     global best_val_loss
     improved = record is not None and record["val_loss"] < best_val_loss
     checkpoint = None
@@ -240,12 +228,12 @@ def save(record):
         checkpoint = {
             "model_config": dataclasses.asdict(config), "model": raw_model.state_dict(),
             "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-            "iter_num": iter_num,  # the data's position too: batches depend on (seed, it)
+            "iter_num": iter_num,  # the data's position too (data.Batches)
             "tokens": tokens_seen, "best_val_loss": best_val_loss,
             "train_config": train_config, "wandb_run_id": wandb_run and wandb_run.id,
             "log": logged,  # a resume writes log.jsonl from it
-            "dataset_meta": meta,  # what it trained on: a task, or text and its tokenizer
-            "grad_norm": None if grad_norm is None else grad_norm.item(),  # for a resume
+            "dataset_meta": meta,  # a task, or text and its tokenizer
+            "grad_norm": None if grad_norm is None else grad_norm.item(),
         }
     if checkpoints.save(out_dir, record, checkpoint, kept()):
         stop.saved_iter = iter_num
@@ -259,37 +247,34 @@ def save(record):
 
 
 tokens_per_iter = gradient_accumulation_steps * batch_size * block
-meter = hardware.Meter(raw_model.flops_per_token(block) / world_size, tokens_per_iter,
-                       max_iters, eval_interval, device, ptdtype)
+flops_per_iter = raw_model.flops_per_token(block) * tokens_per_iter / world_size
+clock = hardware.Clock(flops_per_iter, tokens_per_iter, max_iters, device, ptdtype)
 if master:
     processes = f"{world_size} process{'es' * (world_size > 1)}"
     print(f"{config.variant}: {raw_model.num_params():,} parameters; {tokens_per_iter:,} "
           f"tokens per iteration ({processes}, {device}, {dtype}); "
           + (f"resuming at iteration {iter_num}" if init_from == "resume" else "from scratch"))
-    # early, before a long first evaluation: how long the run will take
-    meter.estimate(raw_model, batches, autocast, return_logits, eval_iters, source,
-                   len(my_micro_steps), iter_num)
-stop.arm(lambda: meter.step_seconds(iter_num))  # a stop now saves the step it comes in
+stop.arm(lambda: clock.step_seconds(iter_num))  # a stop now saves its step
 run_start = time.time()
-meter.restart(iter_num)
+clock.restart(iter_num)
 while True:
     lr = get_lr(iter_num, **schedule)
     for group in optimizer.param_groups:
         group["lr"] = lr
-    evaluated = bool(logged) and logged[-1]["iter"] == iter_num  # a resume's checkpoint's
+    evaluated = bool(logged) and logged[-1]["iter"] == iter_num  # on a resume
     if (iter_num % eval_interval == 0 or iter_num >= max_iters) and not evaluated:
         with distributed.stop_together():  # evaluation: rank 0's work
             record = evaluation() if master else None
         save(record)
-        meter.restart(iter_num)
-    if distributed.all_sum(stop.requested):  # all processes stop before one step, or none
-        save(None)  # the step it came in (always_save_checkpoint=False: the best stays)
+        clock.restart(iter_num)
+    if distributed.all_sum(stop.requested):  # all processes stop, or none
+        save(None)  # the step it came in
         raise KeyboardInterrupt  # one line, saying where the last checkpoint is
     if iter_num >= max_iters:
         break
 
     for micro_step in my_micro_steps:
-        # dropout's masks, a step's only random draws, from (seed, it, micro_step) alone
+        # dropout's masks, a step's only random draws: from (seed, it, micro_step)
         if config.dropout:
             torch.manual_seed(batches.dropout_seed(iter_num, micro_step))
         x, y = batches.train(iter_num, micro_step)
@@ -300,10 +285,10 @@ while True:
                 _, loss, terms = model(x, y, return_logits=return_logits)
             # the mean over the global batch, once DDP has averaged
             scaler.scale(loss / len(my_micro_steps)).backward()
-    scaler.unscale_(optimizer)  # float16: the true gradients, for clipping and the log
+    scaler.unscale_(optimizer)  # float16: the true gradients, to clip and log
     grad_norm = torch.nn.utils.clip_grad_norm_(  # the norm before clipping
         raw_model.parameters(), grad_clip or float("inf"))
-    scaler.step(optimizer)  # float16: a gradient overflowed: no step, the scale halves
+    scaler.step(optimizer)  # float16: on an overflow, no step; the scale halves
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
     iter_num += 1
@@ -311,13 +296,12 @@ while True:
 
     if iter_num % log_interval == 0:  # the only place the loop waits for the device
         checkpoints.check_finite(loss.item(), iter_num, out_dir)  # all stop, or none
-    speed = master and meter.progress(iter_num, due=iter_num % log_interval == 0)
-    if speed:
+    if master and iter_num % log_interval == 0:
         embedding = terms["embedding"]
         embedding = "" if embedding is None else f", embedding loss {embedding.item():.3e}"
         scale = f" (float16 grad scale {scaler.get_scale():.0f})" if scaler.is_enabled() else ""
         print(f"iter {iter_num}: loss {terms['ce'].item():.4f}{embedding}, grad norm "
-              f"{grad_norm.item():.3f}{scale}, lr {lr:.2e}, {speed}", flush=True)
+              f"{grad_norm.item():.3f}{scale}, lr {lr:.2e}, {clock.progress(iter_num)}", flush=True)
 if master:
     print(f"done: {iter_num} iterations in {time.time() - run_start:.1f}s; checkpoint "
           f"and log in {out_dir}/")

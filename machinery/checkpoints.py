@@ -1,5 +1,5 @@
-"""A run's folder: ckpt.pt, the run's record (weights, optimizer, settings, its data, its
-log), checked once as it is read; log.jsonl, written from the checkpoint's log."""
+"""A run's folder: ckpt.pt, the run's record (weights, optimizer, settings, data, log),
+checked once as it is read; log.jsonl, written from the checkpoint's log."""
 import io
 import json
 import math
@@ -53,8 +53,7 @@ def read_checkpoint(ckpt_path, device, fix):
 
 
 def load_checkpoint(out_dir, device="cpu", fix="use another run's --out_dir", build=None):
-    """(checkpoint, its model on device in eval mode) of out_dir/ckpt.pt, or one line: why
-    not. build: model_config dict -> model, `lambda c: build_model(ModelConfig(**c))`."""
+    """(checkpoint, its model built by build(model_config), in eval mode) of out_dir."""
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
     checkpoint = read_checkpoint(ckpt_path, device, fix)
     try:
@@ -67,15 +66,14 @@ def load_checkpoint(out_dir, device="cpu", fix="use another run's --out_dir", bu
 
 
 def resume(out_dir, asked, user_set, command):
-    """The checkpoint a resumed run goes on from, and the settings it restores (those not
-    set on the command line or in a config file); asked: the dataset and seed given."""
+    """The checkpoint a run resumes, and the settings it restores (those not set here)."""
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
-    if MASTER and os.path.isfile(ckpt_path):  # a second process would repeat its steps
+    if MASTER and os.path.isfile(ckpt_path):  # else a second one repeats its steps
         hold_folder(out_dir, "--out_dir", command)
     fix = "restore a good copy or train from scratch in a new --out_dir"
     checkpoint = read_checkpoint(ckpt_path, "cpu", fix)
     saved = checkpoint["train_config"]
-    # the seed draws the batches and the evaluation batches: a new one breaks the curves
+    # the seed draws the batches: a new one breaks the curves
     for key in ("dataset", "seed"):
         if key in user_set and asked[key] != saved.get(key):
             fail(f"{ckpt_path} was trained with {key}={saved.get(key)!r}, not "
@@ -89,7 +87,7 @@ def start(checkpoint, model, optimizer, scaler, settings, command):
     """Claim settings["out_dir"] (a fresh run refused where an earlier one is), start W&B,
     resume the checkpoint: (iter_num, best_val_loss, tokens, grad_norm, log, W&B run)."""
     out_dir = settings["out_dir"]
-    if checkpoint is not None:  # the model asked is the checkpoint's; a finished run ends
+    if checkpoint is not None:  # the same model; a finished run ends
         check_resume(checkpoint, model.config, settings)
     run = None
     with distributed.stop_together():
@@ -97,7 +95,7 @@ def start(checkpoint, model, optimizer, scaler, settings, command):
             claim_folder(out_dir, command)
             earlier = [os.path.join(out_dir, name) for name in ("ckpt.pt", "log.jsonl")
                        if checkpoint is None and os.path.lexists(os.path.join(out_dir, name))]
-            if earlier and not settings["overwrite"]:  # a fresh run does not replace them
+            if earlier and not settings["overwrite"]:  # a fresh run keeps them
                 fail(f"{earlier[0]} holds an earlier run's {earlier[0][-7:]}; continue "
                      "it with --init_from=resume, train in another --out_dir, or replace "
                      "it with --overwrite=True")
@@ -112,8 +110,7 @@ def start(checkpoint, model, optimizer, scaler, settings, command):
 
 
 def check_resume(checkpoint, config, settings):
-    """Stop where the model asked for is not the checkpoint's, or the run has finished;
-    note the settings that change what the resumed run computes."""
+    """Stop where the model asked for is not the checkpoint's, or the run has finished."""
     ckpt_path = os.path.join(settings["out_dir"], "ckpt.pt")
     saved = checkpoint["model_config"]
     unknown = [k for k in saved if not hasattr(config, k)]
@@ -133,22 +130,6 @@ def check_resume(checkpoint, config, settings):
                   f"{settings['max_iters']} iterations, evaluated; to train it further, resume "
                   f"with a larger --max_iters, e.g. --max_iters={2 * iter_num or 100}")
         sys.exit(0)
-    saved = checkpoint["train_config"]
-    notes = {("device", "dtype", "compile"): "the losses will differ a little from an "
-                                             "unbroken run's",
-             ("batch_size", "eval_iters"): "its evaluations are of other sequences from here on "
-                                           "(an evaluation batch is batch_size sequences)"}
-    # what decides a step's sequences: their number, not how they split into micro-batches
-    step = ("batch_size", "gradient_accumulation_steps")
-    if math.prod(settings[k] for k in step) != math.prod(saved.get(k, settings[k]) for k in step):
-        notes[step] = ("its steps are of other sequences from here on (a step is "
-                       "batch_size x gradient_accumulation_steps sequences)")
-    for keys, what in notes.items():
-        changed = [k for k in keys if k in saved and settings[k] != saved[k]]
-        if changed and MASTER:
-            now = ", ".join(f"{k}={settings[k]!r}" for k in changed)
-            then = ", ".join(f"{k}={saved[k]!r}" for k in changed)
-            print(f"note: resuming with {now}, not the checkpoint's {then}: {what}", flush=True)
 
 
 def write_log(out_dir, checkpoint):
@@ -158,7 +139,7 @@ def write_log(out_dir, checkpoint):
     text = "".join(json.dumps(record) + "\n" for record in checkpoint["log"]).encode()
     if os.path.isfile(path) and Path(path).read_bytes() == text:
         return
-    new = temporary_path(path)  # whole before the old moves: a full disk changes nothing
+    new = temporary_path(path)  # whole before the old moves
     write_atomic(new, text, f"; the checkpoint {out_dir}/ckpt.pt (iteration "
                             f"{checkpoint['iter_num']}) is kept: resume it again")
     if os.path.lexists(path):
@@ -171,8 +152,8 @@ def write_log(out_dir, checkpoint):
 
 
 def restore(checkpoint, model, optimizer, scaler):
-    """Load the weights, the optimizer's moments, the float16 scale, the random state, or
-    one line. Returns (iter_num, best_val_loss, tokens, grad_norm, the records logged)."""
+    """Load the weights, the optimizer, the float16 scale and the random state, or one
+    line: (iter_num, best_val_loss, tokens, grad_norm, log)."""
     rng = checkpoint["rng"]
     device_type = next(model.parameters()).device.type
     try:  # weights of another shape or model, a random state not a tensor
@@ -187,20 +168,19 @@ def restore(checkpoint, model, optimizer, scaler):
         detail = (str(e).strip() or "?").splitlines()[0][:200]
         fail(f"the checkpoint's weights or state do not fit this run ({type(e).__name__}: "
              f"{detail}); restore a good copy or train from scratch in a new --out_dir")
-    grad_norm = checkpoint.get("grad_norm")  # of the step before, for the next evaluation
+    grad_norm = checkpoint.get("grad_norm")  # of the step before, to log
     return (checkpoint["iter_num"], checkpoint["best_val_loss"], checkpoint["tokens"],
             None if grad_norm is None else torch.tensor(grad_norm), checkpoint["log"])
 
 
 def save(out_dir, record, checkpoint, kept):
-    """Append rank 0's evaluation record to log.jsonl and write its checkpoint (either may
-    be None) or stop every process (kept: what is kept, and how to go on); returns, in
-    every process, whether a checkpoint was written."""
+    """Append rank 0's record to log.jsonl, write its checkpoint (either may be None), or
+    stop every process; returns, in each, whether a checkpoint was written."""
     with distributed.stop_together():
         if record is not None:
             losses = {k: v for k, v in record.items() if k.endswith("loss") and v is not None}
             stop_non_finite(losses, record["iter"], out_dir)
-            try:  # a line cut short by a full disk: the next resume sets that log aside
+            try:  # a line cut short (a full disk): a resume sets the log aside
                 with open(os.path.join(out_dir, "log.jsonl"), "a") as f:
                     f.write(json.dumps(record) + "\n")
             except OSError as e:
@@ -210,7 +190,7 @@ def save(out_dir, record, checkpoint, kept):
             device_type = next(iter(checkpoint["model"].values())).device.type
             if device_type in ("cuda", "mps"):  # a resume draws as this run would
                 checkpoint["rng"][device_type] = getattr(torch, device_type).get_rng_state()
-            buffer = io.BytesIO()  # torch's zip writer makes a full disk an unclear error
+            buffer = io.BytesIO()  # torch's zip writer garbles a full disk's error
             torch.save(checkpoint, buffer)
             write_atomic(os.path.join(out_dir, "ckpt.pt"), buffer.getbuffer(), f"; {kept}")
     return bool(distributed.all_sum(MASTER and checkpoint is not None))
@@ -224,7 +204,7 @@ def check_finite(loss, iter_num, out_dir):
             stop_non_finite({"loss": loss}, iter_num, out_dir)
 
 
-def stop_non_finite(losses, iter_num, out_dir):  # one line where a loss is not finite
+def stop_non_finite(losses, iter_num, out_dir):  # a loss not finite: one line
     what = ", ".join(f"{k}={v}" for k, v in losses.items() if not math.isfinite(v))
     if what:
         fail(f"non-finite {what} at iteration {iter_num}: stopped; the last good "
@@ -233,8 +213,7 @@ def stop_non_finite(losses, iter_num, out_dir):  # one line where a loss is not 
 
 
 def start_wandb(settings, checkpoint):
-    """Start (or, with the run id a checkpoint saved, go on in) a Weights & Biases run;
-    wandb is an optional package, imported only when asked for."""
+    """Start (or, with the run id a checkpoint saved, go on in) a Weights & Biases run."""
     try:
         import wandb
     except ImportError:
@@ -246,7 +225,7 @@ def start_wandb(settings, checkpoint):
                          id=checkpoint and checkpoint.get("wandb_run_id"))
         run.config.update(settings, allow_val_change=True)  # a resume may change some
     except Exception as e:  # no API key, no network
-        detail = (str(e).strip() or "?").splitlines()[0]
-        fail(f"W&B could not start ({type(e).__name__}: {detail}); log in with `wandb login`, log "
-             f"offline with WANDB_MODE=offline, or train without it: --wandb_log=False")
-    return run  # its id is saved in the checkpoints: a resume goes on in this W&B run
+        detail = (str(e).strip() or "?").splitlines()[0][:200]
+        fail(f"W&B could not start ({type(e).__name__}: {detail}); log in with `wandb login`,"
+             " or WANDB_MODE=offline, or train with --wandb_log=False")
+    return run  # its id, saved in checkpoints: a resume goes on in it

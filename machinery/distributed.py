@@ -14,9 +14,7 @@ device = "cpu"  # this process's device, set by start
 flags = None  # with NCCL, a gloo group for yes-or-no questions: no wait for a GPU
 
 
-def start(device_asked, batch_size, gradient_accumulation_steps):
-    """Join the processes torchrun started, if several: (rank, world_size, this process's
-    device: cuda:LOCAL_RANK on GPUs); one line if a step's micro-batches do not divide."""
+def start(device_asked, batch_size, gradient_accumulation_steps):  # rank, world, device
     global device, flags
     device = device_asked
     if not ddp:
@@ -24,10 +22,9 @@ def start(device_asked, batch_size, gradient_accumulation_steps):
     dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
     world_size = dist.get_world_size()
     if gradient_accumulation_steps % world_size:  # each step's micro-batches, shared
-        fail(f"gradient_accumulation_steps={gradient_accumulation_steps} must be "
-             f"divisible by the {world_size} processes; e.g. "
-             f"--gradient_accumulation_steps={math.lcm(gradient_accumulation_steps, world_size)} "
-             "(a lower --batch_size keeps the sequences per step)")
+        fit = math.lcm(gradient_accumulation_steps, world_size)
+        fail(f"--gradient_accumulation_steps must be a multiple of the {world_size} "
+             f"processes: {gradient_accumulation_steps} is not; use e.g. {fit}")
     if device.startswith("cuda"):
         flags = dist.new_group(backend="gloo") if dist.is_gloo_available() else None
         device = f"cuda:{os.environ['LOCAL_RANK']}"
@@ -36,39 +33,35 @@ def start(device_asked, batch_size, gradient_accumulation_steps):
 
 
 def wrap(model, device_type):  # under DDP: the gradients averaged over the processes
-    if not ddp:
-        return model
-    device_ids = [int(os.environ["LOCAL_RANK"])] if device_type == "cuda" else None
-    return torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+    return torch.nn.parallel.DistributedDataParallel(model) if ddp else model
 
 
 def all_sum(value):  # over the processes (DDP; on a CPU, with flags), else value
     if not ddp:
         return value
-    total = torch.tensor([value], dtype=torch.double, device="cpu" if flags is not None else device)
+    where = "cpu" if flags is not None else device
+    total = torch.tensor([value], dtype=torch.double, device=where)
     dist.all_reduce(total, group=flags)
     return total.item()
 
 
 @contextmanager
 def stop_together():
-    """Around rank 0's own work: a stop there (fail, an error) stops every process, rank 0
-    with its one line, the others silently (not with "connection closed" tracebacks)."""
+    """Around rank 0's own work: its stop stops every process, with its one line."""
     error = None
     try:
         yield
     except (SystemExit, Exception) as e:
+        if not ddp:
+            raise
         error = e
-    if not all_sum(error is not None):
-        return
-    if not ddp:
-        raise error
-    if isinstance(error, SystemExit):  # torchrun ends the others once one has left
-        print(error.code, file=sys.stderr, flush=True)
-    elif error is not None:
-        sys.excepthook(type(error), error, error.__traceback__)
-    dist.barrier()
-    raise SystemExit(1)
+    if ddp and all_sum(error is not None):
+        if isinstance(error, SystemExit):  # torchrun ends the others once one has left
+            print(error.code, file=sys.stderr, flush=True)
+        elif error is not None:
+            sys.excepthook(type(error), error, error.__traceback__)
+        dist.barrier()
+        raise SystemExit(1)
 
 
 def finish():  # every process waits for the last checkpoint, then all leave together

@@ -1,10 +1,6 @@
-"""The sequence-reversal study's task ("Simple Transformer Implementation"), train.py's
-zero-setup demo (--dataset=reversal): 1..5 digits x (tokens 1..9) make a training sequence
-    [START] x [SEP] reversed(x) [PAD ...]        e.g. 10 3 5 4 11 4 5 3 0 0 0 0
-with the loss only on reversed(x). A fixed part of every length is held out (the same in
-every run): exact-sequence accuracy is measured on sequences the model never saw."""
-import functools
-
+"""The sequence-reversal study's task, train.py's zero-setup demo (--dataset=reversal):
+1..5 digits x (tokens 1..9) make [START] x [SEP] reversed(x) [PAD ...], the loss only
+on reversed(x). Accuracy is measured on sequences held out of every run's training."""
 import numpy as np
 import torch
 
@@ -15,49 +11,39 @@ START = 10
 SEP = 11
 VOCAB_SIZE = 12
 MAX_LEN = 5
-BLOCK_SIZE = 2 * MAX_LEN + 1  # the model input: a full sequence (2 x 5 + 2) less its last
-SPLIT_SEED = 0  # the held-out sequences do not change with the training seed
+BLOCK_SIZE = 2 * MAX_LEN + 1  # a whole sequence (2 x 5 + 2) less its last token
 
-# train.py's settings unless told: the walk-through's 2 + 2 layers of 64 (235,328 params),
-# seconds on a CPU, seed 0 of its "encdec + both"; write-up's: config/reversal_paper.py
+# train.py's settings unless told: the walk-through's 2 + 2 layers of 64 (235,328 params)
 DEFAULTS = dict(n_layer=2, n_embed=64, n_head=4, seed=0, batch_size=32,
                 gradient_accumulation_steps=1, max_iters=400, learning_rate=5e-4,
                 min_lr=5e-5, warmup_iters=30, lr_decay_iters=400, eval_interval=50,
                 eval_iters=4, context_size=BLOCK_SIZE, vocab_size=VOCAB_SIZE)
 
 
-def split(held_out_fraction=0.1, max_held_out=200, seed=SPLIT_SEED):
+def split():
     """Each length's digit sequences, {length: (n_seq, length) array}: train, held-out."""
-    rng = np.random.default_rng(seed)
-    train = {}
-    held_out = {}
+    rng = np.random.default_rng(0)  # not the run's seed: held out of every run
+    train, held_out = {}, {}
     for n in range(1, MAX_LEN + 1):
         codes = rng.permutation(9 ** n)
         digits = codes[:, None] // 9 ** np.arange(n) % 9 + 1  # each code in base 9: 1..9
-        k = min(max_held_out, int(held_out_fraction * len(digits)))  # 0 of 9 one-digit
+        k = min(200, int(0.1 * len(digits)))  # 0 of 9 one-digit sequences
         held_out[n] = digits[:k]
         train[n] = digits[k:]
     return train, held_out
 
 
-@functools.lru_cache(maxsize=None)
-def sequences(split_name):
-    """The training sequences ("train") or the held-out ones ("val")."""
-    if split_name not in ("train", "val"):
-        raise ValueError(f"split {split_name!r}: use 'train' or 'val'")
-    return split()[split_name == "val"]
+SEQUENCES = dict(zip(("train", "val"), split()))  # {split name: {length: sequences}}
 
 
 def encode(xs):
     """Sequences -> (inputs, targets), (B, BLOCK_SIZE); targets -1 but on reversed(x)."""
     seq = np.full((len(xs), BLOCK_SIZE + 1), PAD, dtype=np.int64)
-    targets_mask = np.zeros((len(xs), BLOCK_SIZE), dtype=bool)
+    targets = np.full((len(xs), BLOCK_SIZE), -1, dtype=np.int64)
     for i, x in enumerate(xs):
         n = len(x)
         seq[i, :2 * n + 2] = [START, *x, SEP, *x[::-1]]
-        # inputs SEP .. second-to-last reversed digit predict reversed(x)
-        targets_mask[i, n + 1:2 * n + 1] = True
-    targets = np.where(targets_mask, seq[:, 1:], -1)
+        targets[i, n + 1:2 * n + 1] = x[::-1]
     return torch.from_numpy(seq[:, :-1].copy()), torch.from_numpy(targets)
 
 
@@ -71,7 +57,7 @@ def batch_of(sequences, batch_size, rng):
 
 def get_batch(split_name, size, rng):
     """A batch of size training ("train") or held-out ("val") sequences, drawn by rng."""
-    return batch_of(sequences(split_name), size, rng)
+    return batch_of(SEQUENCES[split_name], size, rng)
 
 
 @torch.no_grad()
@@ -84,7 +70,7 @@ def accuracy(model, sequences, device, batch_size=1024):
         for i in range(0, len(all_xs), batch_size):  # prompts of one length
             xs = all_xs[i:i + batch_size]
             idx = encode(xs)[0][:, :n + 2].to(device)  # [START] x [SEP]
-            for _ in range(n):  # greedy: append the most likely next token, n times
+            for _ in range(n):
                 logits = model(idx)[0]  # (B, 1, vocab): the next token's
                 idx = torch.cat((idx, logits.argmax(-1)), dim=1)
             correct += (idx[:, -n:].cpu().numpy() == xs[:, ::-1]).all(axis=1).sum()
@@ -94,21 +80,19 @@ def accuracy(model, sequences, device, batch_size=1024):
 
 def score(model, split_name, device):
     """(accuracy, number of sequences) on the held-out ("val") or training sequences."""
-    chosen = sequences(split_name)
+    chosen = SEQUENCES[split_name]
     return accuracy(model, chosen, device), sum(len(xs) for xs in chosen.values())
 
 
 def prompts(start, num_samples, seed):
-    """sample.py's prompts [START] x [SEP], each with the number of tokens to generate:
-    the digits of `start` (e.g. "3 5 4 2 1"), or num_samples random digit sequences."""
+    """sample.py's prompts [START] x [SEP], answer lengths: start's digits, or random."""
     if start is None:
         rng = np.random.default_rng(seed)
         xs = [list(rng.integers(1, 10, size=rng.integers(1, MAX_LEN + 1)))
               for _ in range(num_samples)]
     else:
-        digits = [int(c) for c in start if c in "0123456789"]  # isdigit() accepts '²'
-        other = any(c not in "0123456789 ," for c in start.strip())
-        if not 1 <= len(digits) <= MAX_LEN or 0 in digits or other:
+        digits = [int(c) for c in start if c in "123456789"]
+        if not 1 <= len(digits) <= MAX_LEN or set(start.strip()) - set("123456789 ,"):
             fail(f"the reversal model takes 1 to {MAX_LEN} digits from 1 to 9, e.g. "
                  f"--start=\"3 5 4 2 1\"; got {start!r}")
         xs = [digits] * num_samples

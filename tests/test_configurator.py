@@ -28,14 +28,6 @@ def test_unknown_key_suggests_the_closest_one(workdir):
     assert_one_line_error(train(workdir, "out_err", "--n_layr=2", check=False), "n_layr", "did you mean 'n_layer'")
 
 
-@pytest.mark.parametrize("key, name_here", [("block_size", "context_size"), ("n_embd", "n_embed")])
-def test_nanogpt_name_suggests_the_name_here(tmp_path, key, name_here):
-    result = run("train.py", f"--{key}=8", cwd=tmp_path, check=False)
-    assert_one_line_error(result, f"unknown config key '{key}'", f"did you mean '{name_here}'?",
-                          f"({key} is called {name_here} here)")
-    assert not os.listdir(tmp_path)  # nothing trained, nothing written
-
-
 def test_config_file_is_applied_and_checked(workdir):
     (workdir / "good.py").write_text("max_iters = 2\neval_interval = 1\nn_embed = 16\n")
     train(workdir, "out_config", str(workdir / "good.py"))
@@ -100,24 +92,15 @@ def test_broken_config_file_names_the_file_and_line(workdir, tmp_path, text, lin
 def test_a_config_file_that_calls_sys_exit_is_one_line_error_not_a_silent_exit(workdir, tmp_path, code):
     (tmp_path / "exits.py").write_text(f"import sys\nn_layer = 1\nsys.exit({code!r})\n")
     result = train(workdir, "out_exits", str(tmp_path / "exits.py"), check=False)
-    assert_one_line_error(result, "exits.py called sys.exit", "remove that call")
+    assert_one_line_error(result, "exits.py line 3 raised SystemExit", "only assigns settings")
     assert not (workdir / "out_exits").exists()
 
 
-@pytest.mark.parametrize("typed", ["config/cpu_basline.py", "cpu_baseline.py", "confg/cpu_baseline.py"])
-def test_a_mistyped_config_path_suggests_the_near_names_in_config(tmp_path, typed):
-    """A config file not found was only "not found"; now the closest files of its folder and of config/."""
+def test_a_config_file_not_found_is_one_line_naming_an_example(tmp_path):
     shutil.copytree(os.path.join(ROOT, "config"), tmp_path / "config")
-    result = run("train.py", typed, cwd=tmp_path, check=False)
-    assert_one_line_error(result, f"config file '{typed}' not found; did you mean config/cpu_baseline.py")
+    result = run("train.py", "config/cpu_basline.py", cwd=tmp_path, check=False)
+    assert_one_line_error(result, "config file 'config/cpu_basline.py' not found; give a path like")
     assert os.listdir(tmp_path) == ["config"]  # nothing trained, nothing written
-
-
-def test_a_config_path_near_no_config_file_suggests_none(tmp_path):
-    """does_not_exist.py got "did you mean config/cpu_encdec_none.py": the folder's name made every path near."""
-    shutil.copytree(os.path.join(ROOT, "config"), tmp_path / "config")
-    result = run("train.py", "does_not_exist.py", cwd=tmp_path, check=False)
-    assert_one_line_error(result, "config file 'does_not_exist.py' not found; give a path like")
 
 
 def test_help_lists_every_setting_with_its_default_and_meaning(tmp_path):
@@ -163,9 +146,9 @@ def test_auto_picks_cuda_then_mps_then_cpu_and_bfloat16_only_where_the_gpu_has_i
 
 @pytest.mark.parametrize("device, dtype, cuda, mps, fragments", [
     ("gpu", "auto", None, False, ["device='gpu' is not allowed", "--device=cpu", "mps"]),
-    ("cuda", "auto", None, True, ["device='cuda'", "CUDA is not available", "--device=auto"]),
-    ("cuda:1", "auto", (8, 0), False, ["device='cuda:1'", "only 1 CUDA device", "--device=cuda:0"]),
-    ("mps", "auto", (8, 0), False, ["device='mps'", "MPS", "not available", "--device=auto"]),
+    ("cuda", "auto", None, True, ["device='cuda' is not available here", "(0 CUDA devices, MPS)", "--device=auto"]),
+    ("cuda:1", "auto", (8, 0), False, ["device='cuda:1' is not available here", "(1 CUDA devices", "--device=cpu"]),
+    ("mps", "auto", (8, 0), False, ["device='mps' is not available here", "no MPS", "--device=auto"]),
     ("mps", "float16", None, True, ["dtype='float16' on mps", "--dtype=float32"]),
     ("cpu", "fp16", None, False, ["dtype='fp16' is not allowed", "float16"]),
 ], ids=["malformed", "no_cuda", "no_second_gpu", "no_mps", "mps_float16", "malformed_dtype"])

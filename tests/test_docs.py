@@ -75,11 +75,10 @@ def test_the_walkthrough_and_the_readme_quote_the_run_time_the_kernel_printed():
     assert f"step for step, in {seconds / 60:.1f} minutes on a 2-core CPU with a core free" in readme()
 
 
-def test_the_quick_start_quotes_its_own_time_and_says_what_the_estimate_leaves_out():
+def test_the_quick_start_quotes_its_own_time_and_the_machine():
     quick_start = section("README.md", "## Quick start")
     done = float(re.search(r"^done: 400 iterations in ([\d.]+)s", quick_start, re.M)[1])
     assert f"The {done:.0f} s: an otherwise idle 2-core x86-64 CPU" in flat(quick_start)
-    assert "the estimate, timed on one forward pass before the run, leaves out the greedy decoding" in flat(quick_start)
 
 
 def test_the_loss_at_full_accuracy_is_explained_with_the_probabilities_the_walkthrough_printed():

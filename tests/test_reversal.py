@@ -96,7 +96,7 @@ class Reverser(torch.nn.Module):
 
 
 def test_accuracy_is_the_share_of_sequences_whose_greedy_answer_is_the_reversed_digits():
-    sequences = reversal.sequences("val")
+    sequences = reversal.SEQUENCES["val"]
     right = sum(int((xs[:, 0] != 1).sum()) for xs in sequences.values())
     model = Reverser().train()
     assert reversal.accuracy(model, sequences, "cpu", batch_size=7) == right / sum(map(len, sequences.values()))

@@ -951,7 +951,7 @@ def test_a_train_py_failure_while_picking_the_learning_rate_is_one_line(tmp_path
 @pytest.mark.parametrize("args, fragments", [
     (["--n_layr=1"], ["unknown config key 'n_layr'", "did you mean 'n_layer'?"]),
     (["--dry_run", "--n_layr=1"], ["unknown config key 'n_layr'", "did you mean 'n_layer'?"]),
-    (["--summary", "--block_size=64"], ["unknown config key 'block_size'", "did you mean 'context_size'?"]),
+    (["--summary", "--contxt_size=64"], ["unknown config key 'contxt_size'", "did you mean 'context_size'?"]),
     (["--n_layer=two"], ["n_layer='two'", "has the wrong type: n_layer takes an integer, not a string"]),
     (["--n_head=7"], ["n_head=7 is not allowed: n_embed=96 must be divisible by it"]),
     (["--seed=3"], ["--seed: the study sets it for each run", "--seeds=N"]),

@@ -162,7 +162,7 @@ def test_resume_with_another_batch_size_logs_the_true_token_count(workdir, tmp_p
     assert [r["tokens"] for r in log(tmp_path, "out")][-2:] == [6 * 2 * 4 * 32, 6 * 2 * 4 * 32 + 2 * 2 * 8 * 32]
 
 
-def test_progress_comes_early_with_an_eta_and_a_cpu_warning_for_a_long_run(workdir):
+def test_progress_comes_after_the_first_step_with_an_eta(workdir):
     process = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *TINY, "--out_dir=out_long",
                                 "--max_iters=100000000"], cwd=workdir, env={**ENV, "PYTHONUNBUFFERED": "1"},
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -174,9 +174,7 @@ def test_progress_comes_early_with_an_eta_and_a_cpu_warning_for_a_long_run(workd
     process.kill()
     process.wait()
     assert lines[-1].startswith("iter 1:") and " ETA " in lines[-1]
-    before_eval = "".join(lines[:[line.startswith("eval 0") for line in lines].index(True)])
-    assert "estimated:" in before_eval and "per iteration" in before_eval
-    assert "warning: this run would take about" in before_eval and "config/cpu_baseline.py" in before_eval
+    assert re.search(r"ETA [\d.]+ (days|h)$", lines[-1].strip()), lines[-1]  # 10^8 steps
 
 
 def test_mfu_above_100_percent_says_why(workdir, tmp_path):
@@ -215,7 +213,7 @@ def test_float16_run_resumed_with_its_scaler_logs_exactly_the_losses_of_an_unint
     assert scaler["scale"] == 65536.0 and scaler["_growth_tracker"] == 4  # 4 good steps: the scaler's own count
     # the checkpoint's dtype, not the default's (float32 here): exactly the run it was
     result = run("train.py", "--out_dir=out_fp16_resumed", "--init_from=resume", "--max_iters=6", cwd=workdir)
-    assert "float16 autocast on the CPU is slow" in result.stdout
+    assert "(1 process, cpu, float16); resuming at iteration 4" in result.stdout
     assert losses(log(workdir, "out_fp16_resumed")) == losses(log(workdir, "out_fp16_full"))
 
 
@@ -233,7 +231,7 @@ def test_float16_steps_the_scaler_skips_are_logged_not_taken_for_divergence(work
     assert "(float16 grad scale 68719476736)" in result.stdout  # the scale of each step is in its line
 
 
-def test_resume_keeps_the_device_and_dtype_of_its_checkpoint_unless_told_and_then_says_so(workdir, tmp_path):
+def test_resume_keeps_the_device_and_dtype_of_its_checkpoint_unless_told(workdir, tmp_path):
     copy_run(workdir, tmp_path)  # trained with --device=cpu, in float32
     argv = [os.path.join(ROOT, "train.py"), "--out_dir=out", "--init_from=resume", "--max_iters=8"]
     on_a_cuda_machine = (  # as an A100 looks to --device=auto and --dtype=auto: cuda, bfloat16
@@ -246,7 +244,7 @@ def test_resume_keeps_the_device_and_dtype_of_its_checkpoint_unless_told_and_the
     assert "(1 process, cpu, float32); resuming at iteration 6" in result.stdout and "note:" not in result.stdout
     assert [r["iter"] for r in log(tmp_path, "out")][-1] == 8
     result = train(tmp_path, "out", "--init_from=resume", "--max_iters=10", "--dtype=bfloat16")
-    assert "note: resuming with dtype='bfloat16', not the checkpoint's dtype='float32'" in result.stdout
+    assert "(1 process, cpu, bfloat16); resuming at iteration 8" in result.stdout
 
 
 @pytest.mark.parametrize("variant", ["baseline", "encdec", "parallel"])
@@ -571,7 +569,7 @@ def test_log_rewrite_on_a_full_disk_keeps_the_old_log(workdir, small_disk):
     before = files(out)
     fill(disk)
     result = train(disk, "out", "--init_from=resume", "--max_iters=8", check=False)
-    assert_one_line_error(result, "is full", "MB free", "ckpt.pt (iteration 6) is kept")
+    assert_one_line_error(result, "No space left on device", "ckpt.pt (iteration 6) is kept")
     assert files(out) == before  # no temporary file left
 
 
@@ -581,21 +579,21 @@ def test_full_disk_while_saving_is_one_line_and_keeps_the_previous_checkpoint(wo
     checkpoint = (out / "ckpt.pt").read_bytes()
     fill(disk, leave=16384)  # room for the log, not for a second checkpoint
     result = train(disk, "out", "--init_from=resume", "--max_iters=8", check=False)
-    assert_one_line_error(result, "is full", f"the file needs {len(checkpoint) / 1e6:.1f} MB",
+    assert_one_line_error(result, "No space left on device", "free some space",
                           "the last checkpoint is out/ckpt.pt (iteration 6)", "--init_from=resume")
     assert (out / "ckpt.pt").read_bytes() == checkpoint
     assert sorted(os.listdir(out)) == ["ckpt.pt", "log.jsonl"]
 
 
-def test_only_the_temporary_files_of_a_killed_write_are_removed_at_the_next_start(workdir, tmp_path):
+def test_the_temporary_file_of_a_killed_write_is_replaced_by_the_next_write_and_no_other(workdir, tmp_path):
     out = copy_run(workdir, tmp_path)
     left = killed_write(out / "ckpt.pt")
     mine = ("notes.tmp", "ckpt.pt.tmp", "draft.partial", "report.2024.partial", "draft.1.partial")  # the user's
     for name in mine:
         (out / name).write_text("mine")
-    result = train(tmp_path, "out", "--init_from=resume", "--max_iters=8")
-    assert f"removed out{os.sep}{left}, left by an interrupted write" in result.stdout
-    assert not (out / left).exists() and [r["iter"] for r in log(tmp_path, "out")][-1] == 8
+    train(tmp_path, "out", "--init_from=resume", "--max_iters=8")
+    assert left == "ckpt.pt.partial" and not (out / left).exists()
+    assert [r["iter"] for r in log(tmp_path, "out")][-1] == 8
     assert all((out / name).read_text() == "mine" for name in mine)
 
 
@@ -626,10 +624,9 @@ def test_a_second_process_in_the_same_out_dir_is_refused_saying_who_holds_it_unt
 
 
 @pytest.mark.parametrize("where, fragment", [
-    ("a_file", "is a file"), ("a_file/run", "lies under a file"), ("read_only/run", "not writable"),
-    ("broken_link", "broken_link is a broken link, to nowhere, which does not exist"),
-    ("broken_link/run", "broken_link is a broken link, to nowhere,"),
-    ("out-\udcff", r"'out-\udcff' is not a UTF-8 name")])  # the bytes b"out-\xff" of a Linux file name
+    ("a_file", "(File exists: a_file)"), ("a_file/run", "(Not a directory: a_file/run)"),
+    ("read_only/run", "(Read-only file system"), ("broken_link", "(File exists: broken_link)"),
+    ("broken_link/run", "(No such file or directory: broken_link/run)")])
 def test_an_out_dir_that_cannot_be_written_is_one_line_error_before_anything_is_made(workdir, small_disk, where,
                                                                                     fragment):
     (workdir / "a_file").write_text("")
@@ -827,21 +824,14 @@ def test_a_resume_writes_back_the_log_records_its_checkpoint_carries(workdir, tm
     assert os.path.exists(out / "log.jsonl.aside1") == (lost == "first")
 
 
-@pytest.mark.parametrize("setting, before", [("eval_iters=1", "eval_iters=2"), ("batch_size=2", "batch_size=4")])
-def test_a_resume_that_evaluates_other_sequences_says_so(workdir, tmp_path, setting, before):
-    copy_run(workdir, tmp_path)
-    result = train(tmp_path, "out", "--init_from=resume", "--max_iters=8", f"--{setting}")
-    assert (f"note: resuming with {setting}, not the checkpoint's {before}: its evaluations are of other "
-            f"sequences from here on") in result.stdout
-
-
-def test_a_stop_in_the_first_step_after_an_evaluation_on_a_rank_that_made_no_estimate_gets_a_step_time():
-    """torchrun sends every rank SIGTERM; only rank 0 times the up-front estimate, and a stop asks the meter how
-    long the step takes, which with no step measured since the evaluation is that estimate."""
+def test_a_stop_in_the_first_step_after_an_evaluation_says_the_last_step_time_measured(monkeypatch):
+    """A stop asks the clock how long the step takes; with no step since the evaluation, the last one timed."""
     from machinery import hardware
-    meter = hardware.Meter(1e6, 100, 10, 5, "cpu", torch.float32)  # a rank other than 0: no estimate()
-    meter.restart(3)  # after the evaluation of iteration 3
-    assert meter.step_seconds(3) == 0.0
+    now = iter([100.0, 102.0, 102.0])
+    monkeypatch.setattr(hardware.time, "time", lambda: next(now))
+    clock = hardware.Clock(1e6, 100, 10, "cpu", torch.float32)  # started at 100 s
+    clock.restart(4)  # after the evaluation of iteration 4: four steps in 2 s
+    assert clock.step_seconds(4) == 0.5
 
 
 @pytest.mark.skipif(os.cpu_count() < 2, reason="one core: a single thread is all torch takes anyway")
@@ -854,8 +844,7 @@ def test_on_a_busy_cpu_a_run_takes_one_thread_a_core_that_is_free_and_logs_the_s
     result = subprocess.run([sys.executable, "-c", code], cwd=workdir, env=env, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr
-    assert f"note: 1 thread, not {os.cpu_count()}: the CPU is busy (load 8.0 on {os.cpu_count()} cores)" in \
-        result.stdout or "note: 1 thread, not " in result.stdout
+    assert "note: using 1 of " in result.stdout and "the CPU is busy (load 8.0)" in result.stdout
     assert losses(log(workdir, "out_busy")) == losses(log(workdir, "out_full"))
 
 
@@ -921,43 +910,25 @@ def test_a_checkpoint_without_the_optimizer_or_random_state_is_refused_naming_wh
     assert_one_line_error(result, f"has no {', '.join(missing)} of the kind this code reads")
 
 
-def test_a_resume_that_changes_the_steps_sequences_says_so_and_one_that_only_splits_them_otherwise_does_not(workdir,
-                                                                                                          tmp_path):
-    """What decides a step's sequences is their number, batch_size x gradient_accumulation_steps (data.Batches): 4 x 2
-    resumed as 8 x 1 trains on the same sequences, and said that "its steps are of other sequences"."""
-    copy_run(workdir, tmp_path)
-    result = train(tmp_path, "out", "--init_from=resume", "--max_iters=8", "--gradient_accumulation_steps=4")
-    assert ("note: resuming with gradient_accumulation_steps=4, not the checkpoint's gradient_accumulation_steps=2: "
-            "its steps are of other sequences from here on") in result.stdout
-    shutil.copytree(workdir / "out_full", tmp_path / "out_8x1")
-    result = train(tmp_path, "out_8x1", "--init_from=resume", "--max_iters=8", "--batch_size=8",
-                   "--gradient_accumulation_steps=1")
-    assert "its steps are of other sequences" not in result.stdout
-
-
 @pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
-def test_a_stop_during_an_evaluation_ends_it_at_once_saves_the_step_and_the_resume_evaluates_it(workdir, stop):
-    """The stop comes at the first batch of the evaluation of iteration 2: no batch is evaluated after it, the
-    checkpoint is of iteration 2 (its trained weights, without an evaluation), and the resume logs the unbroken run's
-    losses, that evaluation included."""
+def test_a_stop_during_an_evaluation_finishes_it_logs_it_and_saves_that_step(workdir, stop):
+    """The stop comes at the first batch of the evaluation of iteration 2: the evaluation ends as it would have, is
+    logged, the checkpoint is of iteration 2, and the resume logs the unbroken run's losses."""
     out = f"out_eval_stop_{stop}"
     hook = ("import data\nget = data.Batches.eval\nevaluations = []\n"
             "def eval_then_stop(self, split, k):\n"
-            "    if evaluations and evaluations[-1] == 'stopped':\n"
-            "        print('a batch after the stop', flush=True)\n"
             "    if split == 'train' and k == 0:\n        evaluations.append(1)\n"
-            "        if len(evaluations) == 2:\n            evaluations.append('stopped')\n"
+            "        if len(evaluations) == 2:\n"
             f"            os.kill(os.getpid(), signal.{stop})\n"
             "    return get(self, split, k)\n"
             "data.Batches.eval = eval_then_stop")
     result = run_with_hook(hook, *TINY, f"--out_dir={out}", "--max_iters=6", cwd=workdir)
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
-    assert "a batch after the stop" not in result.stdout
-    assert f"{stop}: ending the evaluation of iteration 2 now, then saving a checkpoint" in result.stdout
+    assert f"{stop}: finishing this step" in result.stdout
     assert result.stderr.strip() == (f"interrupted: the last checkpoint is {out}/ckpt.pt (iteration 2); "
                                      f"continue with `python train.py --out_dir={out} --init_from=resume`")
     assert torch.load(workdir / out / "ckpt.pt", weights_only=True)["iter_num"] == 2
-    assert [r["iter"] for r in log(workdir, out)] == [0]
+    assert losses(log(workdir, out)) == losses(log(workdir, "out_full"))[:2]  # iterations 0 and 2
     train(workdir, out, "--init_from=resume")
     assert losses(log(workdir, out)) == losses(log(workdir, "out_full"))
 
