@@ -33,7 +33,7 @@ def load_task(name, settings=()):
     path = os.path.join(TASKS, f"{name}.py")
     try:
         task = importlib.import_module(f"tasks.{name}")
-    except BaseException as e:  # sys.exit() in it would end the script without a word
+    except BaseException as e:  # sys.exit() there too: it would end the script silently
         if isinstance(e, KeyboardInterrupt):
             raise
         fail(f"the task module {path} does not import ({type(e).__name__}: {e}); fix it")
@@ -84,7 +84,7 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
     """data/<dataset>'s (or data_dir's) meta.json, its token files checked whole, fit for
     the run and, given trained (a checkpoint's record), of the text its model saw."""
     data_dir = data_dir or os.path.join("data", dataset)
-    # the tokenizer to prepare with: the model's, else meta.json's, else the run's vocab's
+    # the tokenizer to prepare with: the model's, else meta.json's, else the vocab's
     tokenizer = (trained or {}).get("tokenizer")
     if tokenizer not in ("gpt2", "byte"):
         tokenizer = "byte" if vocab_size is not None and vocab_size <= 256 else "gpt2"
@@ -93,10 +93,9 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
         online = prepare_hint(dataset, tokenizer)
         offline = prepare_hint(dataset, tokenizer, offline=True)
         where = f" (it downloads; offline, from your copy of the files: {offline})"
-        held = sorted(os.path.basename(os.path.dirname(path))
-                      for path in glob.glob(os.path.join("data", "*", "meta.json")))
-        tasks = sorted(f"--dataset={os.path.basename(path)[:-3]}"
-                       for path in glob.glob(os.path.join(TASKS, "[a-z]*.py")))
+        held = [p.split(os.sep)[-2] for p in sorted(glob.glob("data/*/meta.json"))]
+        tasks = [f"--dataset={os.path.basename(p)[:-3]}"
+                 for p in sorted(glob.glob(f"{TASKS}/[a-z]*.py"))]
         fail(f"dataset '{dataset}' not found in {data_dir}/ (data/ holds "
              f"{', '.join(held) or 'no dataset'}): run {online}{where * ('--wikitext' in online)}"
              f", or try a task that needs no data: {' or '.join(tasks)}")
@@ -122,7 +121,7 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
     for split in ("train", "val"):
         path = os.path.join(data_dir, f"{split}.bin")
         n_tokens = meta.get(f"{split}_tokens")
-        if type(n_tokens) is not int or os.path.getsize(path) != 2 * n_tokens:  # 2 B each
+        if type(n_tokens) is not int or os.path.getsize(path) != 2 * n_tokens:
             refuse(f"{path} has {os.path.getsize(path) // 2:,} tokens, but meta.json says "
                    f"{split}_tokens={n_tokens!r}: a file cut short, or of another preparation")
         if n_tokens <= block:  # e.g. val.bin of --val_fraction 0
@@ -192,28 +191,23 @@ class Batches:
         self.device = device
 
     def get(self, split, rng, size, rows=slice(None)):
-        """(x, y) on the device: rows `rows` of `size` sequences drawn by rng."""
-        if isinstance(self.source, str):
-            x, y = self.windows(split, rng, size, rows)
-        else:
+        """(x, y) on the device: rows `rows` of `size` sequences drawn by rng; of text,
+        windows of block tokens at random places of split.bin, y shifted by one."""
+        if not isinstance(self.source, str):  # a task's
             x, y = (t[rows] for t in self.source.get_batch(split, size, rng))
-        return x.to(self.device), y.to(self.device)
-
-    def windows(self, split, rng, size, rows):
-        """(x, y): block-token windows at random places of split.bin, y shifted by one."""
+            return x.to(self.device), y.to(self.device)
         path = os.path.join(self.source, f"{split}.bin")
         data = np.memmap(path, dtype=np.uint16, mode="r")  # anew: no memory growth
         ix = rng.integers(len(data) - self.block, size=size)[rows]
-        x = torch.from_numpy(np.stack([data[i:i + self.block] for i in ix]).astype(np.int64))
-        y = np.stack([data[i + 1:i + 1 + self.block] for i in ix])
-        y = torch.from_numpy(y.astype(np.int64))
-        return x, y
+        x = np.stack([data[i:i + self.block] for i in ix]).astype(np.int64)
+        y = np.stack([data[i + 1:i + 1 + self.block] for i in ix]).astype(np.int64)
+        return torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device)
 
     def train(self, it, micro_step):
         """Micro-batch micro_step of iteration it: its rows of the step's sequences."""
         rows = slice(micro_step * self.batch_size, (micro_step + 1) * self.batch_size)
         rng = np.random.default_rng([self.seed, 0, it, 0])
-        rng.integers(2 ** 62)  # micro-step 0's dropout seed first, then the sequences
+        rng.integers(2 ** 62)  # micro-step 0's dropout seed, then the sequences
         return self.get("train", rng, self.step_size, rows)
 
     def dropout_seed(self, it, micro_step):
@@ -253,7 +247,7 @@ def window_losses(model, tokens, block, batch_size, device, starts=None, autocas
             y = torch.from_numpy(y).to(device).flatten()
             with autocast or torch.autocast(x.device.type, enabled=False):
                 h = model.hidden_states(x)[0].flatten(0, 1)  # (B*T, C)
-            rows = 256 if x.device.type == "cpu" else len(h)  # a GPU: all rows at once
+            rows = 256 if x.device.type == "cpu" else len(h)  # a GPU: all at once
             losses = row_cross_entropy(h, model.lm_head.weight, y, rows).double()
             yield y.cpu().numpy(), losses.cpu().numpy()
         if progress:
@@ -275,7 +269,7 @@ def split_losses(model, data_dir, block, batch_size, device, autocast=None):
         train += losses.sum(), len(losses)
     seen_ids = np.zeros(max(int(train_tokens.max()), int(val_tokens.max())) + 1, dtype=bool)
     seen_ids[np.unique(train_tokens)] = True
-    val = np.zeros(4)  # total loss, tokens; the same of targets whose id is in train.bin
+    val = np.zeros(4)  # loss, tokens; the same of ids seen in train.bin
     for targets, losses in window_losses(model, val_tokens, block, batch_size, device,
                                          None, autocast):
         seen = seen_ids[targets]
@@ -289,7 +283,7 @@ def introduce_run(model, batch_size, gradient_accumulation_steps, max_iters, eva
     """Where the write-up's data is not prepared: the run, its time here (one step timed on
     random tokens), how to prepare its data, a CPU-sized run."""
     c = model.config
-    rows = min(batch_size, 4)  # a few sequences, timed, then scaled to the micro-batch
+    rows = min(batch_size, 4)  # a few sequences timed, scaled to the micro-batch
     x = torch.randint(c.vocab_size, (rows, c.context_size), device=device)
     seconds = []
     for _ in range(2):  # the first warms up
@@ -299,7 +293,7 @@ def introduce_run(model, batch_size, gradient_accumulation_steps, max_iters, eva
         seconds.append(time.perf_counter() - t0)
     micro_steps = gradient_accumulation_steps
     step = min(seconds) * batch_size / rows * micro_steps
-    # an evaluation: eval_iters batches a split, forward passes: a third of a micro-step
+    # an evaluation: eval_iters forward passes a split, each a third of a micro-step
     evals = 2 * eval_iters * (max_iters // eval_interval + 1) * step / micro_steps / 3
     tokens = max_iters * gradient_accumulation_steps * batch_size * c.context_size
     cpu = {"baseline": "cpu_baseline", "parallel": "cpu_parallel"}.get(
