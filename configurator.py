@@ -40,17 +40,15 @@ def types_of(defaults, model_config):
 
 
 def apply(settings, defaults, pairs, source, model_config):
-    """The (name, value) pairs of source (a config file, the command line, a checkpoint's
-    settings, tasks' DEFAULTS) into settings, each a setting of its type, or one line."""
+    """source's (name, value) pairs into settings, each of its setting's type, or one line."""
     types = types_of(defaults, model_config)
     for name, value in pairs:
         settings[name] = checked(name, value, types, defaults, source)
 
 
 def split_args(argv, types=None):
-    """(key, text) of each --key=value, --key value, bare --flag; (None, arg) of others. A
-    key takes the next argument unless it is an option (or, for a bool, a .py file); with
-    none, a bool or another script's key (not in types) is "True", other settings None."""
+    """(key, text) of each --key=value, --key value, bare --flag (text "True", or None for
+    a setting not a bool); (None, arg) of others. A bool's key takes no .py file as value."""
     types = types or {}
     args = list(argv)
     pairs = []

@@ -28,8 +28,7 @@ def is_task(name):
 
 
 def load_task(name, settings=()):
-    """The module tasks/<name>.py, checked against the interface and its DEFAULTS keys
-    against train.py's settings, or one line."""
+    """tasks/<name>.py, checked against INTERFACE and its DEFAULTS against settings."""
     path = os.path.join(TASKS, f"{name}.py")
     try:
         task = importlib.import_module(f"tasks.{name}")
@@ -50,34 +49,28 @@ def load_task(name, settings=()):
     return task
 
 
-def prepare_command(dataset, offline=False):
+def prepare_command(dataset, offline=False, tokenizer="gpt2", compact=False):
     """The command that builds data/<dataset> under its default name (offline: from your
-    copies of the files it downloads, PATH/valid.txt for WikiText-2's valid split)."""
+    copies of the files it downloads), plus a tokenizer, --compact_vocab the name lacks."""
     splits = "train|valid|test"
     wikitext2 = re.fullmatch(rf"wikitext2_({splits}|all)(?:-({splits}))?_(gpt2|byte)(c?)", dataset)
     wikitext103 = re.fullmatch(r"wikitext103(?:_(\d+)-(\d+))?(_byte)?(c?)", dataset)
+    command = f"python prepare_wikipedia.py --input PATH --name={dataset}"
     if wikitext2:
-        split, val, tokenizer, compact = wikitext2.groups()
+        split, val, name_tokenizer, name_compact = wikitext2.groups()
         files = ["train", "valid", "test"] if split == "all" else [split, val]
         paths = " ".join(f"PATH/{name}.txt" for name in files if name)
-        return (f"python prepare_wikipedia.py --wikitext2={split} --tokenizer={tokenizer}"
-                + f" --wikitext2_val={val}" * bool(val)
-                + " --compact_vocab" * bool(compact) + f" --input {paths}" * offline)
+        command = (f"python prepare_wikipedia.py --wikitext2={split} --tokenizer={name_tokenizer}"
+                   + f" --wikitext2_val={val}" * bool(val)
+                   + " --compact_vocab" * bool(name_compact) + f" --input {paths}" * offline)
     if wikitext103:
-        train, val, byte, compact = wikitext103.groups()
-        return ("python prepare_wikipedia.py --wikitext103"
-                + f" --train_tokens={train} --val_tokens={val}" * bool(train)
-                + " --tokenizer=byte" * bool(byte) + " --compact_vocab" * bool(compact)
-                + " --input PATH/" * offline)
-    return f"python prepare_wikipedia.py --input PATH --name={dataset}"
-
-
-def prepare_hint(dataset, tokenizer, compact=False, offline=False):
-    """prepare_command in backquotes, plus a tokenizer, --compact_vocab the name lacks."""
-    command = prepare_command(dataset, offline)
+        train, val, byte, name_compact = wikitext103.groups()
+        command = ("python prepare_wikipedia.py --wikitext103"
+                   + f" --train_tokens={train} --val_tokens={val}" * bool(train)
+                   + " --tokenizer=byte" * bool(byte) + " --compact_vocab" * bool(name_compact)
+                   + " --input PATH/" * offline)
     command += f" --tokenizer={tokenizer}" * ("--tokenizer" not in command and tokenizer != "gpt2")
-    command += " --compact_vocab" * (compact and "--compact_vocab" not in command)
-    return f"`{command}`"
+    return command + " --compact_vocab" * (compact and "--compact_vocab" not in command)
 
 
 def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
@@ -90,8 +83,8 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
         tokenizer = "byte" if vocab_size is not None and vocab_size <= 256 else "gpt2"
     if not all(os.path.exists(os.path.join(data_dir, name))
                for name in ("train.bin", "val.bin", "meta.json")):
-        online = prepare_hint(dataset, tokenizer)
-        offline = prepare_hint(dataset, tokenizer, offline=True)
+        online = f"`{prepare_command(dataset, tokenizer=tokenizer)}`"
+        offline = f"`{prepare_command(dataset, True, tokenizer)}`"
         where = f" (it downloads; offline, from your copy of the files: {offline})"
         held = [p.split(os.sep)[-2] for p in sorted(glob.glob("data/*/meta.json"))]
         tasks = [f"--dataset={os.path.basename(p)[:-3]}"
@@ -107,7 +100,7 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
         meta = {}
     if meta.get("tokenizer") in ("gpt2", "byte") and not trained:
         tokenizer = meta["tokenizer"]
-    hint = prepare_hint(dataset, tokenizer, "compact_vocab" in (trained or meta))
+    hint = f"`{prepare_command(dataset, False, tokenizer, 'compact_vocab' in (trained or meta))}`"
 
     def refuse(problem, fix=""):
         fail(f"{problem}; prepare the dataset again: {hint}{fix}")
@@ -140,14 +133,14 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
     if changed:
         what = "its tokens" if set(changed) & {"tokenizer", "vocab_size",
                                                "compact_vocab"} else "its text"
-        command = prepare_hint(dataset, trained["tokenizer"], "compact_vocab" in trained)
+        command = prepare_command(dataset, False, trained["tokenizer"], "compact_vocab" in trained)
         fail(f"{data_dir} was prepared again since this model was trained on it ({what} "
              f"differ: {', '.join(changed)}); prepare it as it was for training: "
-             f"{command}, or give --input text")
+             f"`{command}`, or give --input text")
     if vocab_size is not None and vocab_size < vocab:
         fail(f"vocab_size={vocab_size} is smaller than the dataset's {vocab} tokens; "
              f"leave vocab_size unset, or prepare {data_dir} again: "
-             f"{prepare_hint(dataset, 'byte' if vocab_size <= 256 else 'gpt2')}")
+             f"`{prepare_command(dataset, tokenizer='byte' if vocab_size <= 256 else 'gpt2')}`")
     return meta
 
 
@@ -161,8 +154,7 @@ def file_sha256(path):
 
 
 def open_dataset(dataset, task, context_size, vocab_size, command, trained=None):
-    """(source, block, vocab_size, meta) of the task or data/<dataset> (held till the run
-    ends, checked whole); trained: a resumed checkpoint's record of its data."""
+    """(source, block, vocab_size, meta) of the task or data/<dataset>, held and checked."""
     if task is not None:
         if context_size < task.BLOCK_SIZE:
             fail(f"context_size={context_size} is too short for {dataset} sequences of "

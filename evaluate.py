@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from configurator import add_flag, argument_parser
-from data import check_dataset, load_task, prepare_hint, window_losses, window_starts
+from data import check_dataset, load_task, prepare_command, window_losses, window_starts
 from machinery.checkpoints import load_checkpoint
 from machinery.files import folder_chain, hold_folder, release_folder
 from machinery.hardware import pick_device
@@ -87,9 +87,9 @@ def main(argv=None):
         found = [os.path.join(f, "data", dataset) for f in folders
                  if os.path.exists(os.path.join(f, "data", dataset, "meta.json"))]
         if not found:
-            hint = prepare_hint(dataset, meta["tokenizer"], "compact_vocab" in meta)
+            hint = prepare_command(dataset, False, meta["tokenizer"], "compact_vocab" in meta)
             fail(f"data/{dataset}/ not found here, above {args.out_dir} or in the "
-                 f"repository: prepare it ({hint}), or give --input=FILE")
+                 f"repository: prepare it (`{hint}`), or give --input=FILE")
         hold_folder(found[0], "--dataset", "evaluate.py", shared=True)
         check_dataset(dataset, 0, model.config.vocab_size, meta, found[0])
         source = os.path.join(found[0], f"{args.split}.bin")

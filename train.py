@@ -208,7 +208,7 @@ def evaluation():
     evaluates it)."""
     if stop.requested:
         return None
-    tokens_per_sec, mfu = clock.speed(iter_num)
+    _, tokens_per_sec, mfu = clock.speed(iter_num)
     return {"iter": iter_num, "tokens": tokens_seen, **estimate_loss(),
             "lr": get_lr(iter_num, **schedule),
             "grad_norm": None if grad_norm is None else grad_norm.item(),
@@ -254,7 +254,7 @@ if master:
     print(f"{config.variant}: {raw_model.num_params():,} parameters; {tokens_per_iter:,} "
           f"tokens per iteration ({processes}, {device}, {dtype}); "
           + (f"resuming at iteration {iter_num}" if init_from == "resume" else "from scratch"))
-stop.arm(lambda: clock.step_seconds(iter_num))  # a stop now saves its step
+stop.arm()  # a stop now saves the step it comes in
 run_start = time.time()
 clock.restart(iter_num)
 while True:

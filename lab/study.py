@@ -51,7 +51,7 @@ from machinery.files import hold_folder, make_folder, temporary_path, write_atom
 from machinery.process import fail
 from configurator import add_flag, argument_parser
 from machinery.process import on_ctrl_c
-from data import prepare_hint
+from data import prepare_command
 from text import read_text
 from prepare_wikipedia import WIKITEXT2_FILES
 
@@ -555,7 +555,7 @@ def dataset_meta(settings):
         counts = None
     if not counts or not all(type(n) is int and n >= 0 for n in counts):
         fail(f"{meta_path} is not a prepared dataset's meta.json (a JSON object with a vocab_size and token counts); "
-             f"prepare it again: {prepare_hint(settings['dataset'], 'gpt2')}")
+             f"prepare it again: `{prepare_command(settings['dataset'])}`")
     return meta
 
 

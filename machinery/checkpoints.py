@@ -84,8 +84,7 @@ def resume(out_dir, asked, user_set, command):
 
 
 def start(checkpoint, model, optimizer, scaler, settings, command):
-    """Claim settings["out_dir"] (a fresh run refused where an earlier one is), start W&B,
-    resume the checkpoint: (iter_num, best_val_loss, tokens, grad_norm, log, W&B run)."""
+    """Claim out_dir, start W&B, restore the checkpoint: (iter_num, ..., log, W&B run)."""
     out_dir = settings["out_dir"]
     if checkpoint is not None:  # the same model; a finished run ends
         check_resume(checkpoint, model.config, settings)

@@ -1,5 +1,4 @@
 """The device and its clock: where a script runs; train.py's speed, ETA and MFU."""
-import math
 import os
 import re
 import time
@@ -65,16 +64,9 @@ def duration(seconds):
     return f"{seconds / size:.{int(size > 60)}f} {unit}"
 
 
-def percent(fraction):
-    """Two significant digits at least: 45%, 5.2%, 0.031% (a tiny GPU model: not 0.0%)."""
-    p = 100 * fraction
-    return f"{p:.{max(0, 1 - math.floor(math.log10(p)))}f}%" if p > 0 else "0%"
-
-
 class Clock:
-    """A run's clock since the last evaluation: a progress line's ms per step, tokens/s,
-    ETA (the steps left; evaluations not counted) and MFU (model FLOPs utilization: the
-    model's FLOP/s over a matmul's timed here; float32 on a CPU: no datasheet peak)."""
+    """Since the last evaluation: ms a step, tokens/s, ETA (evaluations left out) and MFU
+    (model FLOPs utilization: its FLOP/s over a matmul's here; a CPU has no datasheet peak)."""
 
     def __init__(self, flops_per_iter, tokens_per_iter, max_iters, device, dtype):
         self.flops_per_iter = flops_per_iter  # of this process's share
@@ -83,29 +75,24 @@ class Clock:
         self.device = device
         cpu = device == "cpu"
         self.peak_flops = matmul_peak(device, torch.float32 if cpu else dtype, 4096 >> 2 * cpu, 10)
-        self.last = 0.0  # the last step time measured: a stop before any step says it
-        self.start = time.time()
-        self.start_iter = 0
+        self.restart(0)
 
     def restart(self, iter_num):  # after an evaluation, which the clock leaves out
-        self.last = self.step_seconds(iter_num)
         self.start = time.time()
         self.start_iter = iter_num
 
-    def step_seconds(self, iter_num):
-        steps = iter_num - self.start_iter
-        return (time.time() - self.start) / steps if steps else self.last
-
-    def speed(self, iter_num):  # (tokens/s, MFU) of the steps since the last evaluation
+    def speed(self, iter_num):
+        """(seconds a step, tokens/s, MFU) since the last evaluation; Nones if no step."""
         if iter_num == self.start_iter:
-            return None, None
+            return None, None, None
         sync(self.device)
-        seconds = self.step_seconds(iter_num)
-        return self.tokens_per_iter / seconds, self.flops_per_iter / seconds / self.peak_flops
+        seconds = (time.time() - self.start) / (iter_num - self.start_iter)
+        flops = self.flops_per_iter / seconds
+        return seconds, self.tokens_per_iter / seconds, flops / self.peak_flops
 
     def progress(self, iter_num):
-        tokens_per_sec, mfu = self.speed(iter_num)
-        step_seconds = self.step_seconds(iter_num)
+        seconds, tokens_per_sec, mfu = self.speed(iter_num)
         busy = " (above 100%: the CPU was busy while its peak was timed)" if mfu > 1 else ""
-        return (f"{step_seconds * 1000:.0f} ms/iter, {tokens_per_sec:,.0f} tokens/s, mfu "
-                f"{percent(mfu)}{busy}, ETA {duration((self.max_iters - iter_num) * step_seconds)}")
+        share = f"{100 * mfu:.2g}" if mfu < 0.1 else f"{100 * mfu:.0f}"  # 0.031, 5.2, 45
+        return (f"{seconds * 1000:.0f} ms/iter, {tokens_per_sec:,.0f} tokens/s, mfu {share}%"
+                f"{busy}, ETA {duration((self.max_iters - iter_num) * seconds)}")

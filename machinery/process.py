@@ -87,8 +87,7 @@ class StopAfterStep:
     requested = False
     saved_iter = None  # the iteration of the checkpoint on disk
 
-    def arm(self, step_seconds):  # step_seconds(): how long a step takes
-        self.step_seconds = step_seconds
+    def arm(self):
         for stop in STOPS:
             signal.signal(stop, self.stop)
 
@@ -101,5 +100,5 @@ class StopAfterStep:
         name = signal.Signals(signum).name
         # on stdout, at once: the run's last line follows on stderr
         say = print if MASTER else (lambda *args, **kwargs: None)
-        say(f"{name}: finishing this step (about {self.step_seconds():.1f} s), then "
-            "saving a checkpoint (a second Ctrl-C ends the run at once)", flush=True)
+        say(f"{name}: finishing this step, then saving a checkpoint (a second Ctrl-C "
+            "ends the run at once)", flush=True)

@@ -783,7 +783,7 @@ def test_a_stop_finishes_its_step_saves_it_and_the_resume_logs_the_unbroken_runs
     out = f"out_stop_{'_'.join(stops)}"
     result = run_with_hook(stop_in_the_third_step(*stops), *TINY, f"--out_dir={out}", "--max_iters=6", cwd=workdir)
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
-    assert re.search(rf"{stops[0]}: finishing this step \(about [\d.]+ s\), then saving a checkpoint", result.stdout)
+    assert f"{stops[0]}: finishing this step, then saving a checkpoint" in result.stdout
     assert result.stderr.strip() == (f"interrupted: the last checkpoint is {out}/ckpt.pt (iteration 3); "
                                      f"continue with `python train.py --out_dir={out} --init_from=resume`")
     assert torch.load(workdir / out / "ckpt.pt", weights_only=True)["iter_num"] == 3
@@ -822,16 +822,6 @@ def test_a_resume_writes_back_the_log_records_its_checkpoint_carries(workdir, tm
     assert [r["iter"] for r in log(tmp_path, "out")] == [0, 2, 4, 6, 8]
     assert (out / "log.jsonl").read_text().startswith("".join(lines))
     assert os.path.exists(out / "log.jsonl.aside1") == (lost == "first")
-
-
-def test_a_stop_in_the_first_step_after_an_evaluation_says_the_last_step_time_measured(monkeypatch):
-    """A stop asks the clock how long the step takes; with no step since the evaluation, the last one timed."""
-    from machinery import hardware
-    now = iter([100.0, 102.0, 102.0])
-    monkeypatch.setattr(hardware.time, "time", lambda: next(now))
-    clock = hardware.Clock(1e6, 100, 10, "cpu", torch.float32)  # started at 100 s
-    clock.restart(4)  # after the evaluation of iteration 4: four steps in 2 s
-    assert clock.step_seconds(4) == 0.5
 
 
 @pytest.mark.skipif(os.cpu_count() < 2, reason="one core: a single thread is all torch takes anyway")
