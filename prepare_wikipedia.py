@@ -8,6 +8,7 @@ data/<name>/train.bin, val.bin (np.uint16 token ids) and meta.json.
     python prepare_wikipedia.py --wikitext2 --tokenizer=byte  # WikiText-2's valid.txt
     python prepare_wikipedia.py --input my_texts/ --name=mine  # .txt files, folders
 """
+import glob
 import hashlib
 import json
 import os
@@ -115,13 +116,12 @@ def read_input(paths):
     articles = []
     for path in paths:  # a missing one: read_text says so
         files = [path]
-        if os.path.isdir(path):  # its .txt files, less folders so named
-            files = [os.path.join(path, f) for f in sorted(os.listdir(path))]
-            files = [f for f in files if f.lower().endswith(".txt")]
-            files = [f for f in files if os.path.isfile(f)]
+        if os.path.isdir(path):  # its .txt files (none if it cannot be read)
+            files = sorted(glob.glob(os.path.join(glob.escape(path), "*")))
+            files = [f for f in files if f.lower().endswith(".txt") and os.path.isfile(f)]
         for file in files:
             articles += read_articles(file)
-    return without_nul(articles)
+    return articles
 
 
 # WikiText-2 as pytorch/examples ships it: split -> file, checksum kind, checksum

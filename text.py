@@ -66,14 +66,16 @@ def checkpoint_tokenizer(checkpoint, ckpt_path, unknown=None):
     vocab_size = checkpoint["model_config"].get("vocab_size")
     configured = checkpoint["train_config"].get("vocab_size")
     tokenizer, compact = meta.get("tokenizer"), meta.get("compact_vocab")
-    n = len(compact) if compact else 256 if tokenizer == "byte" else 50257
+    n = len(compact) if type(compact) is list else 256 if tokenizer == "byte" else 50257
     what = "its compact vocabulary" if compact else f"the {tokenizer} tokenizer"
     problem = None
     if tokenizer not in ("gpt2", "byte"):
         problem = f"names the tokenizer {tokenizer!r}, not gpt2 or byte"
     elif compact is not None and tokenizer != "gpt2":
         problem = f"has a compact_vocab (of gpt2 tokens) beside {tokenizer}"
-    elif compact is not None and (compact != sorted(set(compact)) or 50256 not in compact):
+    elif compact is not None and not (  # sorted, distinct, from 0 up to end-of-text, 50256
+            type(compact) is list and all(type(i) is int for i in compact)
+            and compact[-1:] == [50256] and compact[0] >= 0 and compact == sorted(set(compact))):
         problem = "has a compact_vocab not of distinct GPT-2 ids with end-of-text"
     elif n > vocab_size or n != vocab_size and configured is None:
         problem = f"does not fit the model: {what} has {n} tokens, vocab_size={vocab_size}"
