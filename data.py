@@ -86,7 +86,7 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
         online = f"`{prepare_command(dataset, tokenizer=tokenizer)}`"
         offline = f"`{prepare_command(dataset, True, tokenizer)}`"
         where = f" (it downloads; offline, from your copy of the files: {offline})"
-        held = [p.split(os.sep)[-2] for p in sorted(glob.glob("data/*/meta.json"))]
+        held = [os.path.basename(os.path.dirname(p)) for p in sorted(glob.glob("data/*/meta.json"))]
         tasks = [f"--dataset={os.path.basename(p)[:-3]}"
                  for p in sorted(glob.glob(f"{TASKS}/[a-z]*.py"))]
         fail(f"dataset '{dataset}' not found in {data_dir}/ (data/ holds "
@@ -220,8 +220,7 @@ def window_starts(n_tokens, block):
 
 
 @torch.no_grad()
-def window_losses(model, tokens, block, batch_size, device, starts=None, autocast=None,
-                  progress=None):
+def window_losses(model, tokens, block, batch_size, device, starts=None, autocast=None):
     """Yields (targets, losses) of each batch of windows at `starts` (default: every token
     but the first, in order), the model in eval mode; nothing kept between batches."""
     was_training = model.training
@@ -242,8 +241,6 @@ def window_losses(model, tokens, block, batch_size, device, starts=None, autocas
             rows = 256 if x.device.type == "cpu" else len(h)  # a GPU: all at once
             losses = row_cross_entropy(h, model.lm_head.weight, y, rows).double()
             yield y.cpu().numpy(), losses.cpu().numpy()
-        if progress:
-            progress(min(i + batch_size, len(starts)), len(starts))
     model.train(was_training)
 
 
