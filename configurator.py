@@ -1,6 +1,5 @@
-"""The command line of every script. train.py's settings, nanoGPT style: globals with
-defaults, then config files (`n_layer = 4`), then --key=value, --key value or a bare --flag,
-later ones winning. The other scripts use argparse with the same grammar."""
+"""Command lines: train.py's globals, then config files (`n_layer = 4`), then --key=value,
+--key value or a bare --flag, later ones winning; argparse in the others, alike."""
 import argparse
 import ast
 import dataclasses
@@ -16,7 +15,7 @@ from machinery.process import fail
 
 
 def configure(settings, defaults, argv, model_config):
-    """argv's config files and --key=value into settings (globals()); the keys set."""
+    """argv's config files and --key=value into settings; the keys set."""
     if "--help" in argv or "-h" in argv:
         print_help(settings["__file__"], defaults, model_config)
     types = types_of(defaults, model_config)
@@ -26,7 +25,8 @@ def configure(settings, defaults, argv, model_config):
             pairs = read_config(text).items()
         else:
             pairs = [(key, command_line_value(key, text, types))]
-        apply(settings, defaults, pairs, text if key is None else "the command line", model_config)
+        source = text if key is None else "the command line"
+        apply(settings, defaults, pairs, source, model_config)
         user_set.update(name for name, _ in pairs)
     return user_set
 
@@ -40,15 +40,23 @@ def types_of(defaults, model_config):
 
 
 def apply(settings, defaults, pairs, source, model_config):
-    """source's (name, value) pairs into settings, each of its setting's type, or one line."""
+    """source's (key, value) pairs into settings, checked (a known key, of its type)."""
     types = types_of(defaults, model_config)
-    for name, value in pairs:
-        settings[name] = checked(name, value, types, defaults, source)
+    for key, value in pairs:
+        if types.get(key) is float and type(value) is int:
+            value = float(value)
+        if key not in defaults:
+            fail(f"unknown config key '{key}' in {source}; {suggestion(key, defaults)}")
+        if not (type(value) is types[key] or (value is None and defaults[key] is None)):
+            names = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}
+            fail(f"{key}={value!r} in {source} has the wrong type: {key} takes "
+                 f"{names[types[key]]}, not {names.get(type(value), type(value).__name__)}")
+        settings[key] = value
 
 
 def split_args(argv, types=None):
-    """(key, text) of each --key=value, --key value, bare --flag (text "True", or None for
-    a setting not a bool); (None, arg) of others. A bool's key takes no .py file as value."""
+    """(key, text) of each --key=value, --key value, bare --flag (text "True"; None if not a
+    bool); (None, arg) of others. A bool takes no .py file as its value."""
     types = types or {}
     args = list(argv)
     pairs = []
@@ -68,14 +76,13 @@ def split_args(argv, types=None):
 
 
 def command_line_value(key, text, types):
-    """--key=text's value: a string as typed (--out_dir=2024), True/False, a literal."""
+    """--key=text's value: text as typed (--out_dir=2024), True/False, a literal."""
     if text is None:
-        fail(f"'--{key}' has no value; write --{key}=VALUE or --{key} VALUE (python "
-             "train.py --help lists them)")
+        fail(f"'--{key}' has no value; write --{key}=VALUE or --{key} VALUE")
     if types.get(key) is bool:
         if text.lower() not in ("true", "false"):
             fail(f"--{key} {text}: {key} takes True or False (any case), not {text!r}; "
-                 f"write --{key} (True), --{key}=True or --{key}=False")
+                 f"write --{key}=True or --{key}=False")
         return text.lower() == "true"
     try:
         value = ast.literal_eval(text)
@@ -84,22 +91,9 @@ def command_line_value(key, text, types):
     return text if types.get(key) is str and not isinstance(value, str) else value
 
 
-def checked(key, value, types, defaults, source):
-    """value, if key is a setting and value is of its type (an int is a float too)."""
-    if types.get(key) is float and type(value) is int:
-        value = float(value)
-    if key not in defaults:
-        fail(f"unknown config key '{key}' in {source}; {suggestion(key, defaults)}")
-    if not (type(value) is types[key] or (value is None and defaults[key] is None)):
-        names = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}
-        fail(f"{key}={value!r} in {source} has the wrong type: {key} takes "
-             f"{names[types[key]]}, not {names.get(type(value), type(value).__name__)}")
-    return value
-
-
 def read_config(path):
-    """The settings a config file assigns, {name: value}, or one line naming its file and
-    line. A config file may extend a sibling: `from config.cpu_base import *`."""
+    """{name: value} a config file assigns (it may extend one: `from config.cpu_base import *`),
+    or one line naming its file and line."""
     if path.startswith("-"):  # '--' alone, '-key=value'
         fail(unknown_argument(path, ()))
     if not os.path.isfile(path):
@@ -109,12 +103,12 @@ def read_config(path):
     try:
         with open(path, encoding="utf-8") as f:
             exec(compile(f.read(), path, "exec"), namespace)
-    except (Exception, SystemExit) as e:  # sys.exit() would end the script without a word
+    except (Exception, SystemExit) as e:  # sys.exit() too: it would end the script silently
         # the line in this file (a SyntaxError names its file and line itself)
         lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
         where = f" line {lines[-1]}" if lines and not isinstance(e, SyntaxError) else ""
         fail(f"config file {path}{where} raised {type(e).__name__}: {e}; a config file "
-             "only assigns settings: fix the Python there")
+             "only assigns settings: fix it")
     return {k: v for k, v in namespace.items()
             if not k.startswith("_") and not isinstance(v, type(sys))}
 
@@ -127,9 +121,8 @@ def print_help(script, defaults, model_config):
         if match and match[1] in defaults:
             comments.setdefault(match[1], match[2])
     shown = {f.name: f.default for f in dataclasses.fields(model_config)} | {"vocab_size": None}
-    print("usage: python train.py [config/file.py ...] [--key=value ...], later ones winning; "
-          "a config file\nassigns settings (`n_layer = 4`). The settings (model.py's "
-          "ModelConfig's from variant on):\n")
+    print("usage: python train.py [config/file.py ...] [--key=value ...], later ones winning\n"
+          "(a config file assigns settings: `n_layer = 4`; ModelConfig's from variant on)\n")
     for key, value in defaults.items():
         line = f"  --{key}=" + str(shown.get(key, value if value != "" else '""'))
         print(f"{line:<40} {comments.get(key, '')}")
@@ -138,7 +131,7 @@ def print_help(script, defaults, model_config):
 
 
 def suggestion(key, known, command="python train.py"):
-    """'did you mean ...?' for an unknown key: the closest known one ('-' read as '_')."""
+    """'did you mean ...?' for an unknown key: the closest ('-' read as '_')."""
     close = difflib.get_close_matches(key.replace("-", "_"), known, n=1, cutoff=0.5)
     return f"did you mean '{close[0]}'?" if close else f"see {command} --help"
 
@@ -152,8 +145,8 @@ def unknown_argument(arg, known, command="python train.py"):
 
 
 def argument_parser(doc, command):
-    """argparse for any script but train.py: --help prints doc and each flag's default; no
-    abbreviations; bad input (an unknown flag: argparse's own words) is one line."""
+    """argparse for the other scripts: --help prints doc and defaults; no abbreviations; bad
+    input (an unknown flag: argparse's words) is one line."""
     class Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
         pass  # the docstring as written, and each default
 
@@ -165,7 +158,7 @@ def argument_parser(doc, command):
 
 
 def add_flag(parser, name, help, default=False):
-    """A boolean flag, as train.py takes one: --flag (True), --flag=false, --flag True."""
+    """A boolean flag, as train.py's: --flag (True), --flag=false, --flag True."""
     def true_or_false(text):
         if text.lower() not in ("true", "false"):
             raise argparse.ArgumentTypeError(f"{text!r} is not True or False")

@@ -1,5 +1,4 @@
-"""Datasets of data/ (checked once, whole), tasks of tasks/, a run's batches, and the
-windows that read every token once. Tokenizers: text.py."""
+"""Datasets (data/, checked whole), tasks, batches, every-token windows. Tokenizers: text.py"""
 import glob
 import hashlib
 import importlib
@@ -24,20 +23,20 @@ INTERFACE = {"DEFAULTS": dict, "VOCAB_SIZE": int, "BLOCK_SIZE": int, "get_batch"
 
 def is_task(name):
     """Is name a generated task, tasks/<name>.py?"""
-    return re.fullmatch(r"[a-z]\w*", name) is not None and os.path.isfile(f"{TASKS}/{name}.py")
+    return bool(re.fullmatch(r"[a-z]\w*", name)) and os.path.isfile(f"{TASKS}/{name}.py")
 
 
 def load_task(name, settings=()):
-    """tasks/<name>.py, checked against INTERFACE and its DEFAULTS against settings."""
+    """tasks/<name>.py, checked: INTERFACE, and DEFAULTS against settings."""
     path = os.path.join(TASKS, f"{name}.py")
     try:
         task = importlib.import_module(f"tasks.{name}")
-    except BaseException as e:  # sys.exit() there too: it would end the script silently
+    except BaseException as e:  # sys.exit() too: it would end the script silently
         if isinstance(e, KeyboardInterrupt):
             raise
         fail(f"the task module {path} does not import ({type(e).__name__}: {e}); fix it")
-    wrong = [key for key, kind in INTERFACE.items() if not hasattr(task, key) or not (
-        callable(getattr(task, key)) if kind is callable else type(getattr(task, key)) is kind)]
+    wrong = [key for key, kind in INTERFACE.items() if not (callable(getattr(task, key, None))
+             if kind is callable else type(getattr(task, key, None)) is kind)]
     if wrong:
         fail(f"the task module {path} lacks {', '.join(wrong)} of the kind a task gives: "
              "DEFAULTS (a dict), VOCAB_SIZE and BLOCK_SIZE (integers), the others "
@@ -45,39 +44,39 @@ def load_task(name, settings=()):
     unknown = [key for key in task.DEFAULTS if settings and key not in settings]
     if unknown:
         fail(f"the task module {path} sets {', '.join(unknown)} in DEFAULTS, which is no setting "
-             f"of a task's model or schedule; use the names python train.py --help lists")
+             "of a task's model or schedule; see python train.py --help")
     return task
 
 
 def prepare_command(dataset, offline=False, tokenizer="gpt2", compact=False):
     """The command that builds data/<dataset> under its default name (offline: from your
-    copies of the files it downloads), plus a tokenizer, --compact_vocab the name lacks."""
+    copies of its downloads), plus a tokenizer, --compact_vocab the name lacks."""
     splits = "train|valid|test"
     wikitext2 = re.fullmatch(rf"wikitext2_({splits}|all)(?:-({splits}))?_(gpt2|byte)(c?)", dataset)
     wikitext103 = re.fullmatch(r"wikitext103(?:_(\d+)-(\d+))?(_byte)?(c?)", dataset)
-    command = f"python prepare_wikipedia.py --input PATH --name={dataset}"
+    flags = f" --input PATH --name={dataset}"
     if wikitext2:
         split, val, name_tokenizer, name_compact = wikitext2.groups()
         files = ["train", "valid", "test"] if split == "all" else [split, val]
         paths = " ".join(f"PATH/{name}.txt" for name in files if name)
-        command = (f"python prepare_wikipedia.py --wikitext2={split} --tokenizer={name_tokenizer}"
-                   + f" --wikitext2_val={val}" * bool(val)
-                   + " --compact_vocab" * bool(name_compact) + f" --input {paths}" * offline)
+        flags = (f" --wikitext2={split} --tokenizer={name_tokenizer}"
+                 + f" --wikitext2_val={val}" * bool(val)
+                 + " --compact_vocab" * bool(name_compact) + f" --input {paths}" * offline)
     if wikitext103:
         train, val, byte, name_compact = wikitext103.groups()
-        command = ("python prepare_wikipedia.py --wikitext103"
-                   + f" --train_tokens={train} --val_tokens={val}" * bool(train)
-                   + " --tokenizer=byte" * bool(byte) + " --compact_vocab" * bool(name_compact)
-                   + " --input PATH/" * offline)
-    command += f" --tokenizer={tokenizer}" * ("--tokenizer" not in command and tokenizer != "gpt2")
-    return command + " --compact_vocab" * (compact and "--compact_vocab" not in command)
+        flags = (" --wikitext103" + f" --train_tokens={train} --val_tokens={val}" * bool(train)
+                 + " --tokenizer=byte" * bool(byte) + " --compact_vocab" * bool(name_compact)
+                 + " --input PATH/" * offline)
+    flags += f" --tokenizer={tokenizer}" * ("--tokenizer" not in flags and tokenizer != "gpt2")
+    flags += " --compact_vocab" * (compact and "--compact_vocab" not in flags)
+    return "python prepare_wikipedia.py" + flags
 
 
 def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
-    """data/<dataset>'s (or data_dir's) meta.json, its token files checked whole, fit for
-    the run and, given trained (a checkpoint's record), of the text its model saw."""
+    """data/<dataset>'s (or data_dir's) meta.json, its files checked whole, fit for the run
+    and for trained (a checkpoint's record): the text its model saw."""
     data_dir = data_dir or os.path.join("data", dataset)
-    # the tokenizer to prepare with: the model's, else meta.json's, else the vocab's
+    # the tokenizer to prepare: the model's, else meta.json's, else the vocab's
     tokenizer = (trained or {}).get("tokenizer")
     if tokenizer not in ("gpt2", "byte"):
         tokenizer = "byte" if vocab_size is not None and vocab_size <= 256 else "gpt2"
@@ -105,12 +104,12 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
     def refuse(problem, fix=""):
         fail(f"{problem}; prepare the dataset again: {hint}{fix}")
     if os.path.exists(os.path.join(data_dir, "meta.json.new")):  # see write_dataset
-        refuse(f"{data_dir} is half replaced: a preparation was killed while it renamed its files",
-               " (it finishes the replacement first)")
+        refuse(f"{data_dir} is half replaced: a preparation was killed mid-rename",
+               " (it finishes the rename first)")
     vocab = meta.get("vocab_size")
     if type(vocab) is not int or vocab < 1 or meta.get("tokenizer") not in ("gpt2", "byte"):
         refuse(f"{data_dir}/meta.json is not a JSON object with a positive vocab_size "
-               "and its tokenizer (gpt2 or byte)")
+               "and a tokenizer (gpt2 or byte)")
     for split in ("train", "val"):
         path = os.path.join(data_dir, f"{split}.bin")
         n_tokens = meta.get(f"{split}_tokens")
@@ -121,47 +120,37 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
             refuse(f"{path} has {n_tokens} tokens, too few for context_size={block}: lower "
                    "--context_size, or give more text", " (and --val_fraction 0.05 or more)")
         tokens = np.memmap(path, dtype=np.uint16, mode="r")
-        # the sum tells preparations apart; the sha256 (newer datasets) any change
+        # the sum tells preparations apart; the sha256 (newer ones) any change
         for key, found in ((f"{split}_token_sum", lambda: int(tokens.sum(dtype=np.uint64))),
-                           (f"{split}_sha256", lambda: file_sha256(path))):
+                           (f"{split}_sha256", lambda: hashlib.sha256(tokens).hexdigest())):
             if key in meta and meta[key] != found():
-                refuse(f"{path} does not hold the tokens meta.json was written for ({key} "
-                       f"differs): files of different preparations, or a damaged file")
+                refuse(f"{path} does not match meta.json ({key} differs): files of different "
+                       "preparations, or a damaged file")
     keys = ["tokenizer", "vocab_size", "compact_vocab", "train_token_sum",
             "val_token_sum", "train_sha256", "val_sha256"]
-    changed = [key for key in keys if trained and key in trained and trained[key] != meta.get(key)]
+    changed = [key for key in keys if key in (trained or {}) and trained[key] != meta.get(key)]
     if changed:
-        what = "its tokens" if set(changed) & {"tokenizer", "vocab_size",
-                                               "compact_vocab"} else "its text"
+        what = "its text" if changed[0].startswith(("train", "val")) else "its tokens"
         command = prepare_command(dataset, False, trained["tokenizer"], "compact_vocab" in trained)
         fail(f"{data_dir} was prepared again since this model was trained on it ({what} "
-             f"differ: {', '.join(changed)}); prepare it as it was for training: "
+             f"differ: {', '.join(changed)}); prepare it as it was: "
              f"`{command}`, or give --input text")
     if vocab_size is not None and vocab_size < vocab:
         fail(f"vocab_size={vocab_size} is smaller than the dataset's {vocab} tokens; "
-             f"leave vocab_size unset, or prepare {data_dir} again: "
+             f"leave it unset, or prepare {data_dir} again: "
              f"`{prepare_command(dataset, tokenizer='byte' if vocab_size <= 256 else 'gpt2')}`")
     return meta
 
 
-def file_sha256(path):
-    """The sha256 of a file, read a megabyte at a time."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def open_dataset(dataset, task, context_size, vocab_size, command, trained=None):
-    """(source, block, vocab_size, meta) of the task or data/<dataset>, held and checked."""
+    """(source, block, vocab_size, meta) of the task or data/<dataset>, held, checked."""
     if task is not None:
         if context_size < task.BLOCK_SIZE:
             fail(f"context_size={context_size} is too short for {dataset} sequences of "
-                 f"{task.BLOCK_SIZE} tokens; leave context_size unset")
+                 f"{task.BLOCK_SIZE} tokens; leave it unset")
         if (vocab_size or task.VOCAB_SIZE) < task.VOCAB_SIZE:
             fail(f"vocab_size={vocab_size} is smaller than the dataset's "
-                 f"{task.VOCAB_SIZE} tokens; leave vocab_size unset")
+                 f"{task.VOCAB_SIZE} tokens; leave it unset")
         return task, task.BLOCK_SIZE, vocab_size or task.VOCAB_SIZE, {"task": dataset}
     source = os.path.join("data", dataset)
     if os.path.isdir(source):
@@ -171,8 +160,7 @@ def open_dataset(dataset, task, context_size, vocab_size, command, trained=None)
 
 
 class Batches:
-    """A run's batches on its device: step `it`'s sequences are drawn from (seed, it)
-    alone, whatever the micro-batch size, the processes and the restarts."""
+    """Batches on the device; step it's from (seed, it) alone, however run."""
 
     def __init__(self, source, block, batch_size, gradient_accumulation_steps, seed, device):
         self.source = source
@@ -183,8 +171,7 @@ class Batches:
         self.device = device
 
     def get(self, split, rng, size, rows=slice(None)):
-        """(x, y) on the device: rows `rows` of `size` sequences drawn by rng; of text,
-        windows of block tokens at random places of split.bin, y shifted by one."""
+        """(x, y): rows of size sequences drawn by rng (text: windows, y one token on)."""
         if not isinstance(self.source, str):  # a task's
             x, y = (t[rows] for t in self.source.get_batch(split, size, rng))
             return x.to(self.device), y.to(self.device)
@@ -196,7 +183,7 @@ class Batches:
         return torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device)
 
     def train(self, it, micro_step):
-        """Micro-batch micro_step of iteration it: its rows of the step's sequences."""
+        """Micro-batch micro_step of step it: its rows of the step's sequences."""
         rows = slice(micro_step * self.batch_size, (micro_step + 1) * self.batch_size)
         rng = np.random.default_rng([self.seed, 0, it, 0])
         rng.integers(2 ** 62)  # micro-step 0's dropout seed, then the sequences
@@ -215,14 +202,14 @@ class Batches:
 
 
 def window_starts(n_tokens, block):
-    """Window starts over n_tokens tokens: every token but the first a target once."""
+    """Window starts: every token but the first is a target once."""
     return list(range(0, n_tokens - 1, block))
 
 
 @torch.no_grad()
 def window_losses(model, tokens, block, batch_size, device, starts=None, autocast=None):
-    """Yields (targets, losses) of each batch of windows at `starts` (default: every token
-    but the first, in order), the model in eval mode; nothing kept between batches."""
+    """Yields (targets, losses) per batch of windows at starts (default: all, in order), in
+    eval mode; nothing kept between batches."""
     was_training = model.training
     model.eval()
     starts = window_starts(len(tokens), block) if starts is None else starts
@@ -245,8 +232,8 @@ def window_losses(model, tokens, block, batch_size, device, starts=None, autocas
 
 
 def split_losses(model, data_dir, block, batch_size, device, autocast=None):
-    """The mean loss over every token of val.bin, and over as many train.bin windows (512
-    at most); val_loss_seen_ids leaves out val ids train.bin lacks (none can learn them)."""
+    """Mean loss over every val.bin token and as many train.bin windows (512 at most);
+    val_loss_seen_ids leaves out val ids train.bin lacks (none can learn them)."""
     val_tokens = np.memmap(os.path.join(data_dir, "val.bin"), dtype=np.uint16, mode="r")
     train_tokens = np.memmap(os.path.join(data_dir, "train.bin"), dtype=np.uint16, mode="r")
     # 512 x context_size: a precise enough mean
@@ -269,8 +256,8 @@ def split_losses(model, data_dir, block, batch_size, device, autocast=None):
 
 def introduce_run(model, batch_size, gradient_accumulation_steps, max_iters, eval_iters,
                   eval_interval, device):
-    """Where the write-up's data is not prepared: the run, its time here (one step timed on
-    random tokens), how to prepare its data, a CPU-sized run."""
+    """The write-up's data not prepared: the run, its time here (a step timed on random
+    tokens), how to prepare the data, a CPU-sized run."""
     c = model.config
     rows = min(batch_size, 4)  # a few sequences timed, scaled to the micro-batch
     x = torch.randint(c.vocab_size, (rows, c.context_size), device=device)

@@ -1,13 +1,13 @@
-"""The loss of a trained model on a whole text, every token once: one figure.
+"""A trained model's loss on a whole text, every token once: one figure.
 
-    python evaluate.py --out_dir=out/cpu_baseline    # its val split
-    python evaluate.py --out_dir=out/cpu_baseline --input=my.txt   # any text
-    python evaluate.py --out_dir=out/reversal   # a task: held-out accuracy
+    python evaluate.py --out_dir=out/cpu_baseline  # its val split
+    python evaluate.py --out_dir=out/cpu_baseline --input=my.txt  # any text
+    python evaluate.py --out_dir=out/reversal  # a task: held-out accuracy
 
 Window k reads tokens [kT, kT + T) and predicts kT + 1 .. kT + T
 (T: context_size): every token but the first once, whatever the batch size.
 Bits per byte compares tokenizers. Tokens outside a compact vocabulary
-have no id: they are left out, and counted."""
+are left out, and counted."""
 import json
 import math
 import os
@@ -26,13 +26,13 @@ from text import checkpoint_tokenizer, get_tokenizer, gpt2_encoding, read_articl
 
 
 def token_byte_lengths(meta):
-    """UTF-8 bytes of each token id of the tokenizer; end-of-text: one byte."""
+    """The UTF-8 bytes of each token id; end-of-text: one byte."""
     if meta["tokenizer"] == "byte":
-        return np.ones(meta["vocab_size"], dtype=np.int64)
+        return np.ones(meta["vocab_size"], np.int64)
     enc = gpt2_encoding()
     ids = meta.get("compact_vocab") or range(meta["vocab_size"])
     return np.array([1 if i == enc.eot_token else len(enc.decode_single_token_bytes(i))
-                     for i in ids], dtype=np.int64)
+                     for i in ids], np.int64)
 
 
 def main(argv=None):
@@ -50,8 +50,8 @@ def main(argv=None):
     if args.batch_size < 1:
         fail(f"--batch_size={args.batch_size}: use 1 or more")
     args.device, dtype = pick_device(args.device, args.dtype)
-    checkpoint, model = load_checkpoint(args.out_dir, args.device,
-                                        build=lambda c: build_model(ModelConfig(**c)))
+    checkpoint, model = load_checkpoint(
+        args.out_dir, args.device, build=lambda c: build_model(ModelConfig(**c)))
     dataset = checkpoint["train_config"]["dataset"]
     meta = checkpoint["dataset_meta"]
     autocast = torch.autocast(args.device.split(":")[0], getattr(torch, dtype),
@@ -89,7 +89,7 @@ def main(argv=None):
         if not found:
             hint = prepare_command(dataset, False, meta["tokenizer"], "compact_vocab" in meta)
             fail(f"data/{dataset}/ not found here, above {args.out_dir} or in the "
-                 f"repository: prepare it (`{hint}`), or give --input=FILE")
+                 f"repository: prepare it (`{hint}`) or give --input=FILE")
         hold_folder(found[0], "--dataset", "evaluate.py", shared=True)
         check_dataset(dataset, 0, model.config.vocab_size, meta, found[0])
         source = os.path.join(found[0], f"{args.split}.bin")
@@ -100,8 +100,8 @@ def main(argv=None):
     block = model.config.context_size
     totals = np.zeros(3)  # nats, tokens, bytes
     byte_lengths = token_byte_lengths(meta)
-    for targets, losses in window_losses(model, tokens, block, args.batch_size,
-                                         args.device, autocast=autocast):
+    for targets, losses in window_losses(
+            model, tokens, block, args.batch_size, args.device, autocast=autocast):
         totals += losses.sum(), len(losses), byte_lengths[targets].sum()
     release_folder(os.path.dirname(source))  # main may be called again
     nats, n, n_bytes = totals
@@ -125,5 +125,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    on_ctrl_c("nothing was written; run the same command again", lower="--batch_size")
+    on_ctrl_c("nothing was written; run the command again", lower="--batch_size")
     main()

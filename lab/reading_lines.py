@@ -1,6 +1,7 @@
 """How many lines a reader meets following one run of a script: every file of the project the run
 imports, whole, less the full extent of every function and class none of whose lines ran (a
-function that ran counts whole, its untaken branches too: a reader reads them).
+function that ran counts whole, its untaken branches and nested functions too: a reader reads
+them; a class that ran loses the methods that did not).
 
     python -m lab.reading_lines train.py --dataset=reversal --max_iters=4 --out_dir=/tmp/r --overwrite
     python -m lab.reading_lines --json train.py config/cpu_baseline.py --dataset=mytext --max_iters=4
@@ -59,7 +60,8 @@ def trace_run(script, args, root=ROOT):
 
 
 def unread_lines(tree, lines_ran):
-    """Lines of the functions and classes none of whose lines ran, outermost first."""
+    """Lines of the functions and classes none of whose lines ran, outermost first; within a
+    function that ran, nothing."""
     unread = 0
     for node in ast.iter_child_nodes(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -68,6 +70,8 @@ def unread_lines(tree, lines_ran):
             body = range(node.body[0].lineno, node.end_lineno + 1)
             if not any(line in lines_ran for line in body):
                 unread += node.end_lineno - first + 1
+                continue
+            if not isinstance(node, ast.ClassDef):  # a function that ran: read whole
                 continue
         unread += unread_lines(node, lines_ran)
     return unread

@@ -47,7 +47,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # also as `python lab/study.py`
 from configurator import configure, read_config, split_args, unknown_argument
-from machinery.files import hold_folder, make_folder, temporary_path, write_atomic
+from machinery.files import hold_folder, make_folder, write_atomic
 from machinery.process import fail
 from configurator import add_flag, argument_parser
 from machinery.process import on_ctrl_c
@@ -309,7 +309,7 @@ def start_from_shorter_run(suite, run, seed, out_dir):
         return None
     os.makedirs(out_dir, exist_ok=True)
     for name in ("log.jsonl", "ckpt.pt"):  # the checkpoint last: a copy cut short leaves none, and is made again
-        tmp = temporary_path(os.path.join(out_dir, name))  # removed by train.py if this copy is cut short
+        tmp = os.path.join(out_dir, name) + ".partial"  # a copy cut short is made again
         shutil.copyfile(os.path.join(src, name), tmp)
         os.replace(tmp, os.path.join(out_dir, name))
     return log[-1]["iter"]

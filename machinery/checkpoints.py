@@ -1,5 +1,5 @@
-"""A run's folder: ckpt.pt, the run's record (weights, optimizer, settings, data, log),
-checked once as it is read; log.jsonl, written from the checkpoint's log."""
+"""A run's folder: ckpt.pt, its record (weights, optimizer, settings, data, log), checked
+once, on load; log.jsonl, written from the checkpoint's log."""
 import io
 import json
 import math
@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from machinery import distributed
-from machinery.files import claim_folder, hold_folder, temporary_path, write_atomic
+from machinery.files import claim_folder, hold_folder, write_atomic
 from machinery.process import MASTER, fail
 
 # what a checkpoint holds, and of what kind: checked as it is read
@@ -21,7 +21,7 @@ NEEDED = {"model": dict, "model_config": dict, "train_config": dict, "dataset_me
 
 
 def read_checkpoint(ckpt_path, device, fix):
-    """The checkpoint at ckpt_path, holding all this code needs, or one line: why not."""
+    """The checkpoint at ckpt_path, with all this code needs, or one line."""
     if not os.path.isfile(ckpt_path):
         fail(f"no checkpoint at {ckpt_path}; train one with train.py --out_dir="
              f"{os.path.dirname(ckpt_path)}, or point --out_dir at a run's folder")
@@ -53,22 +53,22 @@ def read_checkpoint(ckpt_path, device, fix):
 
 
 def load_checkpoint(out_dir, device="cpu", fix="use another run's --out_dir", build=None):
-    """(checkpoint, its model built by build(model_config), in eval mode) of out_dir."""
+    """out_dir's checkpoint and its model, build(model_config), in eval mode."""
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
     checkpoint = read_checkpoint(ckpt_path, device, fix)
     try:
         model = build(checkpoint["model_config"])
         model.load_state_dict(checkpoint["model"])
-    except Exception as e:  # a model_config key model.py no longer has: TypeError
+    except Exception as e:  # e.g. a model_config key model.py lacks: TypeError
         fail(f"checkpoint {ckpt_path} does not fit this model.py ({type(e).__name__}: "
              f"{str(e).splitlines()[0][:200]}); {fix}")
     return checkpoint, model.to(device).eval()
 
 
 def resume(out_dir, asked, user_set, command):
-    """The checkpoint a run resumes, and the settings it restores (those not set here)."""
+    """The checkpoint a run resumes, and the settings it restores."""
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
-    if MASTER and os.path.isfile(ckpt_path):  # else a second one repeats its steps
+    if MASTER and os.path.isfile(ckpt_path):  # else a second run repeats its steps
         hold_folder(out_dir, "--out_dir", command)
     fix = "restore a good copy or train from scratch in a new --out_dir"
     checkpoint = read_checkpoint(ckpt_path, "cpu", fix)
@@ -84,20 +84,19 @@ def resume(out_dir, asked, user_set, command):
 
 
 def start(checkpoint, model, optimizer, scaler, settings, command):
-    """Claim out_dir, start W&B, restore the checkpoint: (iter_num, ..., log, W&B run)."""
+    """Claim out_dir, start W&B, restore the checkpoint: (iter_num, ..., run)."""
     out_dir = settings["out_dir"]
     if checkpoint is not None:  # the same model; a finished run ends
         check_resume(checkpoint, model.config, settings)
     run = None
     with distributed.stop_together():
-        if MASTER:  # one process at a time in out_dir (a resume holds it already)
+        if MASTER:  # one process at a time in out_dir (a resume holds it)
             claim_folder(out_dir, command)
-            earlier = [os.path.join(out_dir, name) for name in ("ckpt.pt", "log.jsonl")
-                       if checkpoint is None and os.path.lexists(os.path.join(out_dir, name))]
+            names = ("ckpt.pt", "log.jsonl") if checkpoint is None else ()
+            earlier = [p for p in (os.path.join(out_dir, n) for n in names) if os.path.lexists(p)]
             if earlier and not settings["overwrite"]:  # a fresh run keeps them
-                fail(f"{earlier[0]} holds an earlier run's {earlier[0][-7:]}; continue "
-                     "it with --init_from=resume, train in another --out_dir, or replace "
-                     "it with --overwrite=True")
+                fail(f"{earlier[0]} holds an earlier run's {earlier[0][-7:]}; continue it with "
+                     "--init_from=resume, use another --out_dir, or replace it: --overwrite=True")
             run = start_wandb(settings, checkpoint) if settings["wandb_log"] else None
             if checkpoint is not None:
                 write_log(out_dir, checkpoint)
@@ -109,13 +108,13 @@ def start(checkpoint, model, optimizer, scaler, settings, command):
 
 
 def check_resume(checkpoint, config, settings):
-    """Stop where the model asked for is not the checkpoint's, or the run has finished."""
+    """Stop if the model asked for is not the checkpoint's, or it is finished."""
     ckpt_path = os.path.join(settings["out_dir"], "ckpt.pt")
     saved = checkpoint["model_config"]
     unknown = [k for k in saved if not hasattr(config, k)]
     if unknown:
-        fail(f"{ckpt_path} was written by another version of model.py: its model_config has "
-             f"{', '.join(unknown)}, which this one does not know; resume it with that version")
+        fail(f"{ckpt_path} is from another version of model.py (its model_config has "
+             f"{', '.join(unknown)}); resume it with that version")
     diffs = [k for k, v in saved.items() if getattr(config, k) != v]
     if diffs:
         asked = ", ".join(f"{k}={getattr(config, k)!r}" for k in diffs)
@@ -126,19 +125,18 @@ def check_resume(checkpoint, config, settings):
     if iter_num >= settings["max_iters"] and logged and logged[-1]["iter"] == iter_num:
         if MASTER:
             print(f"{settings['out_dir']} holds a finished run: {iter_num} of max_iters="
-                  f"{settings['max_iters']} iterations, evaluated; to train it further, resume "
-                  f"with a larger --max_iters, e.g. --max_iters={2 * iter_num or 100}")
+                  f"{settings['max_iters']} iterations, evaluated; to go on, resume with a "
+                  f"larger --max_iters, e.g. --max_iters={2 * iter_num or 100}")
         sys.exit(0)
 
 
 def write_log(out_dir, checkpoint):
-    """log.jsonl as the checkpoint's log; a log.jsonl that differs (records logged after
-    the checkpoint, torn lines, another run's, your notes) is set aside whole, unedited."""
+    """log.jsonl as the checkpoint's log; one that differs is set aside whole."""
     path = os.path.join(out_dir, "log.jsonl")
     text = "".join(json.dumps(record) + "\n" for record in checkpoint["log"]).encode()
     if os.path.isfile(path) and Path(path).read_bytes() == text:
         return
-    new = temporary_path(path)  # whole before the old moves
+    new = f"{path}.new"  # whole before the old moves: a full disk changes nothing
     write_atomic(new, text, f"; the checkpoint {out_dir}/ckpt.pt (iteration "
                             f"{checkpoint['iter_num']}) is kept: resume it again")
     if os.path.lexists(path):
@@ -151,8 +149,7 @@ def write_log(out_dir, checkpoint):
 
 
 def restore(checkpoint, model, optimizer, scaler):
-    """Load the weights, the optimizer, the float16 scale and the random state, or one
-    line: (iter_num, best_val_loss, tokens, grad_norm, log)."""
+    """Load the weights, optimizer, scale and random state, or one line."""
     rng = checkpoint["rng"]
     device_type = next(model.parameters()).device.type
     try:  # weights of another shape or model, a random state not a tensor
@@ -173,30 +170,30 @@ def restore(checkpoint, model, optimizer, scaler):
 
 
 def save(out_dir, record, checkpoint, kept):
-    """Append rank 0's record to log.jsonl, write its checkpoint (either may be None), or
-    stop every process; returns, in each, whether a checkpoint was written."""
+    """Log rank 0's record, write its checkpoint (either may be None), or stop every
+    process; returns, in each, whether a checkpoint was written."""
     with distributed.stop_together():
         if record is not None:
             losses = {k: v for k, v in record.items() if k.endswith("loss") and v is not None}
             stop_non_finite(losses, record["iter"], out_dir)
-            try:  # a line cut short (a full disk): a resume sets the log aside
+            try:  # a line cut short (full disk): a resume sets the log aside
                 with open(os.path.join(out_dir, "log.jsonl"), "a") as f:
                     f.write(json.dumps(record) + "\n")
             except OSError as e:
-                fail(f"could not write {os.path.join(out_dir, 'log.jsonl')} ({e.strerror}); {kept}")
+                fail(f"could not write {out_dir}/log.jsonl ({e.strerror}); {kept}")
         if checkpoint is not None:
             checkpoint["rng"] = {"cpu": torch.get_rng_state()}
             device_type = next(iter(checkpoint["model"].values())).device.type
             if device_type in ("cuda", "mps"):  # a resume draws as this run would
                 checkpoint["rng"][device_type] = getattr(torch, device_type).get_rng_state()
-            buffer = io.BytesIO()  # torch's zip writer garbles a full disk's error
+            buffer = io.BytesIO()  # torch's zip writer garbles a full disk error
             torch.save(checkpoint, buffer)
             write_atomic(os.path.join(out_dir, "ckpt.pt"), buffer.getbuffer(), f"; {kept}")
     return bool(distributed.all_sum(MASTER and checkpoint is not None))
 
 
 def check_finite(loss, iter_num, out_dir):
-    """Stop every process, rank 0 with one line, where the loss of any is not finite."""
+    """Stop every process, rank 0 with one line, if a loss is not finite."""
     loss = distributed.all_sum(loss)
     with distributed.stop_together():
         if MASTER:
@@ -212,19 +209,18 @@ def stop_non_finite(losses, iter_num, out_dir):  # a loss not finite: one line
 
 
 def start_wandb(settings, checkpoint):
-    """Start (or, with the run id a checkpoint saved, go on in) a Weights & Biases run."""
+    """Start a Weights & Biases run, or go on in the checkpoint's."""
     try:
         import wandb
     except ImportError:
-        fail("wandb_log=True needs Weights & Biases, which is not installed: pip install "
-             "wandb, or train without it: --wandb_log=False")
+        fail("wandb_log=True needs Weights & Biases: pip install wandb, or --wandb_log=False")
     try:
         run = wandb.init(project=settings["wandb_project"], resume="allow",
                          name=settings["wandb_run_name"] or settings["out_dir"],
                          id=checkpoint and checkpoint.get("wandb_run_id"))
-        run.config.update(settings, allow_val_change=True)  # a resume may change some
+        run.config.update(settings, allow_val_change=True)  # a resume may change them
     except Exception as e:  # no API key, no network
         detail = (str(e).strip() or "?").splitlines()[0][:200]
-        fail(f"W&B could not start ({type(e).__name__}: {detail}); log in with `wandb login`,"
-             " or WANDB_MODE=offline, or train with --wandb_log=False")
+        fail(f"W&B could not start ({type(e).__name__}: {detail}); log in (`wandb login`), "
+             "or WANDB_MODE=offline, or --wandb_log=False")
     return run  # its id, saved in checkpoints: a resume goes on in it

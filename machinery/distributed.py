@@ -1,4 +1,4 @@
-"""Processes training as one (DDP, by torchrun), each stop taken by all: none waits."""
+"""Processes training as one (DDP, by torchrun); a stop of one stops all."""
 import math
 import os
 import sys
@@ -11,17 +11,17 @@ from machinery.process import fail
 
 ddp = "RANK" in os.environ  # started by torchrun
 device = "cpu"  # this process's device, set by start
-flags = None  # with NCCL, a gloo group for yes-or-no questions: no wait for a GPU
+flags = None  # with NCCL, a gloo group for yes-or-no questions: no GPU waits
 
 
-def start(device_asked, batch_size, gradient_accumulation_steps):  # rank, world, device
+def start(device_asked, gradient_accumulation_steps):  # rank, world, device
     global device, flags
     device = device_asked
     if not ddp:
         return 0, 1, device
     dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
     world_size = dist.get_world_size()
-    if gradient_accumulation_steps % world_size:  # each step's micro-batches, shared
+    if gradient_accumulation_steps % world_size:  # a step's micro-batches, shared
         fit = math.lcm(gradient_accumulation_steps, world_size)
         fail(f"--gradient_accumulation_steps must be a multiple of the {world_size} "
              f"processes: {gradient_accumulation_steps} is not; use e.g. {fit}")
@@ -32,11 +32,7 @@ def start(device_asked, batch_size, gradient_accumulation_steps):  # rank, world
     return dist.get_rank(), world_size, device
 
 
-def wrap(model, device_type):  # under DDP: the gradients averaged over the processes
-    return torch.nn.parallel.DistributedDataParallel(model) if ddp else model
-
-
-def all_sum(value):  # over the processes (DDP; on a CPU, with flags), else value
+def all_sum(value):  # over the processes (on a CPU, with flags), else value
     if not ddp:
         return value
     where = "cpu" if flags is not None else device
@@ -47,7 +43,7 @@ def all_sum(value):  # over the processes (DDP; on a CPU, with flags), else valu
 
 @contextmanager
 def stop_together():
-    """Around rank 0's own work: its stop stops every process, with its one line."""
+    """Around rank 0's own work: its stop stops every process, with one line."""
     error = None
     try:
         yield
@@ -56,7 +52,7 @@ def stop_together():
             raise
         error = e
     if ddp and all_sum(error is not None):
-        if isinstance(error, SystemExit):  # torchrun ends the others once one has left
+        if isinstance(error, SystemExit):  # torchrun ends the others once one left
             print(error.code, file=sys.stderr, flush=True)
         elif error is not None:
             sys.excepthook(type(error), error, error.__traceback__)

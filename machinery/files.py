@@ -12,10 +12,6 @@ from machinery.process import fail
 _held = {}  # the folders this process holds (real paths) and their locks
 
 
-def temporary_path(path):  # where write_atomic writes first; the next write reuses it
-    return f"{path}.partial"
-
-
 def write_error(path, error):  # the OS's reason, and what to do
     folder = os.path.dirname(os.path.abspath(path))
     fixes = "free some space or make it writable, or write elsewhere"
@@ -23,13 +19,14 @@ def write_error(path, error):  # the OS's reason, and what to do
 
 
 def write_atomic(path, data, kept=""):  # data: bytes, or a function of a file
+    partial = f"{path}.partial"  # the next write reuses it
     try:
-        with open(temporary_path(path), "wb") as f:
+        with open(partial, "wb") as f:
             data(f) if callable(data) else f.write(data)
-        os.replace(temporary_path(path), path)
+        os.replace(partial, path)
     except BaseException as e:  # also Ctrl-C: path stays as it was
         with suppress(OSError):
-            os.remove(temporary_path(path))
+            os.remove(partial)
         if not isinstance(e, OSError):
             raise
         fail(f"could not write {path}: {write_error(path, e)}{kept}")
@@ -54,7 +51,7 @@ def hold_folder(folder, what, command, shared=False):
     """Hold folder till this process ends, alone or beside other readers (shared)."""
     if os.path.realpath(folder) in _held:
         return
-    # the writer's lock: .held, a reader's: .held.<pid>; the holder's note: .lock(.<pid>)
+    # a writer's lock: .held, a reader's: .held.<pid>; the note: .lock(.<pid>)
     mine = os.path.join(folder, f".held.{os.getpid()}" if shared else ".held")
     others = [os.path.join(folder, ".held")] if shared else Path(folder).glob(".held.*")
     lock = filelock.FileLock(mine, timeout=0)

@@ -9,8 +9,8 @@ from machinery.process import fail
 
 
 def pick_device(device, dtype="float32"):
-    """The device (auto: cuda, mps, cpu) and dtype (auto: bfloat16, float16 on a pre-A100
-    GPU, float32 off a GPU), or one line."""
+    """The device (auto: cuda, mps, cpu) and dtype (auto: bfloat16, float16 before the A100,
+    float32 off a GPU), or one line."""
     if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device):
         fail(f"device={device!r} is not allowed; use --device=cpu, cuda, cuda:N, mps or auto")
     if dtype not in ("auto", "float32", "bfloat16", "float16"):
@@ -24,10 +24,10 @@ def pick_device(device, dtype="float32"):
              f"{'' if mps else 'no '}MPS); use --device=auto or --device=cpu")
     if picked == "mps" and dtype not in ("auto", "float32"):
         fail(f"dtype={dtype!r} on mps is not supported; use --dtype=float32 or auto")
-    if dtype == "auto":  # not is_bf16_supported(), which counts a T4's slow emulated bf16
+    if dtype == "auto":  # not is_bf16_supported(): it counts a T4's slow emulated bf16
         bf16 = picked.startswith("cuda") and torch.cuda.get_device_capability(picked)[0] >= 8
         dtype = "bfloat16" if bf16 else "float16" if picked.startswith("cuda") else "float32"
-    # a thread per free core (OMP_NUM_THREADS=N chooses): one waiting slows each step 50x
+    # a thread per free core (or OMP_NUM_THREADS): one waiting slows each step 50x
     if picked == "cpu" and "OMP_NUM_THREADS" not in os.environ and hasattr(os, "getloadavg"):
         load = os.getloadavg()[0]
         threads = max(1, min(torch.get_num_threads(), round(os.cpu_count() - load)))
@@ -39,13 +39,13 @@ def pick_device(device, dtype="float32"):
 
 
 def sync(device):
-    """Wait for the queued work, so that a timer measures it (a GPU is asynchronous)."""
+    """Wait for the queued (asynchronous) work, so that a timer measures it."""
     if str(device).startswith(("cuda", "mps")):
         getattr(torch, str(device).split(":")[0]).synchronize()
 
 
 def matmul_peak(device, dtype, n, repeats, warmup=0, pick=min):
-    """FLOP/s of an n x n x n matmul in dtype, the pick (fastest) of the timed repeats."""
+    """FLOP/s of an n x n x n matmul in dtype: the pick (fastest) of the repeats."""
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     times = []
     for _ in range(repeats + warmup):
@@ -65,8 +65,8 @@ def duration(seconds):
 
 
 class Clock:
-    """Since the last evaluation: ms a step, tokens/s, ETA (evaluations left out) and MFU
-    (model FLOPs utilization: its FLOP/s over a matmul's here; a CPU has no datasheet peak)."""
+    """Since restart: ms a step, tokens/s, MFU (the model's FLOP/s over a matmul's here: a
+    CPU has no datasheet peak) and an ETA (evaluations left out)."""
 
     def __init__(self, flops_per_iter, tokens_per_iter, max_iters, device, dtype):
         self.flops_per_iter = flops_per_iter  # of this process's share
@@ -75,14 +75,13 @@ class Clock:
         self.device = device
         cpu = device == "cpu"
         self.peak_flops = matmul_peak(device, torch.float32 if cpu else dtype, 4096 >> 2 * cpu, 10)
-        self.restart(0)
 
     def restart(self, iter_num):  # after an evaluation, which the clock leaves out
         self.start = time.time()
         self.start_iter = iter_num
 
     def speed(self, iter_num):
-        """(seconds a step, tokens/s, MFU) since the last evaluation; Nones if no step."""
+        """(seconds a step, tokens/s, MFU) since restart; Nones if no step."""
         if iter_num == self.start_iter:
             return None, None, None
         sync(self.device)
@@ -92,7 +91,7 @@ class Clock:
 
     def progress(self, iter_num):
         seconds, tokens_per_sec, mfu = self.speed(iter_num)
-        busy = " (above 100%: the CPU was busy while its peak was timed)" if mfu > 1 else ""
+        busy = " (above 100%: the CPU was busy while its peak was timed)" * (mfu > 1)
         share = f"{100 * mfu:.2g}" if mfu < 0.1 else f"{100 * mfu:.0f}"  # 0.031, 5.2, 45
         return (f"{seconds * 1000:.0f} ms/iter, {tokens_per_sec:,.0f} tokens/s, mfu {share}%"
                 f"{busy}, ETA {duration((self.max_iters - iter_num) * seconds)}")

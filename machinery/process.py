@@ -23,7 +23,7 @@ def machine_error(error, lower):
     while getattr(error, "inner_exception", None) is not None:  # a compiler's
         error = error.inner_exception
     name = type(error).__name__
-    # its first two sentences, e.g. "CUDA out of memory. Tried to allocate 2.00 GiB"
+    # two sentences, e.g. "CUDA out of memory. Tried to allocate 2.00 GiB"
     detail = ". ".join((str(error).strip() or name).splitlines()[0].split(". ")[:2])
     memory = re.search(r"out of memory|can't allocate memory", detail, re.I)
     if memory or "OutOfMemoryError" in names or "MemoryError" in names:
@@ -39,8 +39,8 @@ def machine_error(error, lower):
     return None
 
 
-def script_start():
-    """Printing never stops a script; SIGTERM and SIGHUP stop it as Ctrl-C does."""
+def on_ctrl_c(kept, lower="the sizes asked for"):
+    """A stop (Ctrl-C, SIGTERM, SIGHUP) or machine error: one line, with kept."""
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):  # not when a test has replaced it
             stream.reconfigure(errors="backslashreplace")
@@ -55,14 +55,6 @@ def script_start():
         for stop in STOPS:  # not SIG_IGN: a stop on its way would print a warning
             signal.signal(stop, lambda *args: None)
         raise KeyboardInterrupt
-    atexit.register(flush)
-    for stop in STOPS:
-        signal.signal(stop, stop_once)
-
-
-def on_ctrl_c(kept, lower="the sizes asked for"):
-    """A stop ends the script in one line, `interrupted: kept`; a machine error too."""
-    script_start()
 
     def hook(kind, value, tb):
         if issubclass(kind, BrokenPipeError):  # no reader: quiet
@@ -79,11 +71,14 @@ def on_ctrl_c(kept, lower="the sizes asked for"):
             return
         atexit._run_exitfuncs()  # the folders' locks let go, output flushed
         os._exit(130)  # and no second stop in the interpreter's shutdown
+    atexit.register(flush)
+    for stop in STOPS:
+        signal.signal(stop, stop_once)
     sys.excepthook = hook
 
 
 class StopAfterStep:
-    """From arm, a stop finishes the step (or evaluation), the run saves it and ends."""
+    """Once armed, a stop finishes the step (or evaluation); the run saves it, ends."""
     requested = False
     saved_iter = None  # the iteration of the checkpoint on disk
 

@@ -1,1 +1,0 @@
-"""Tasks made in memory, a module per --dataset=NAME; what one gives: data.generated_task."""

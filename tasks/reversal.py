@@ -13,7 +13,7 @@ VOCAB_SIZE = 12
 MAX_LEN = 5
 BLOCK_SIZE = 2 * MAX_LEN + 1  # a whole sequence (2 x 5 + 2) less its last token
 
-# train.py's settings unless told: the walk-through's 2 + 2 layers of 64 (235,328 params)
+# train.py's defaults here: the walk-through's 2 + 2 layers of 64 (235,328 params)
 DEFAULTS = dict(n_layer=2, n_embed=64, n_head=4, seed=0, batch_size=32,
                 gradient_accumulation_steps=1, max_iters=400, learning_rate=5e-4,
                 min_lr=5e-5, warmup_iters=30, lr_decay_iters=400, eval_interval=50,
@@ -21,7 +21,7 @@ DEFAULTS = dict(n_layer=2, n_embed=64, n_head=4, seed=0, batch_size=32,
 
 
 def split():
-    """Each length's digit sequences, {length: (n_seq, length) array}: train, held-out."""
+    """{length: (n_seq, length) array} of digit sequences: train, held-out."""
     rng = np.random.default_rng(0)  # not the run's seed: held out of every run
     train, held_out = {}, {}
     for n in range(1, MAX_LEN + 1):
@@ -56,7 +56,7 @@ def batch_of(sequences, batch_size, rng):
 
 
 def get_batch(split_name, size, rng):
-    """A batch of size training ("train") or held-out ("val") sequences, drawn by rng."""
+    """A batch of size training ("train") or held-out ("val") sequences."""
     return batch_of(SEQUENCES[split_name], size, rng)
 
 
@@ -79,13 +79,13 @@ def accuracy(model, sequences, device, batch_size=1024):
 
 
 def score(model, split_name, device):
-    """(accuracy, number of sequences) on the held-out ("val") or training sequences."""
+    """(accuracy, number of sequences) on the held-out ("val") or train ones."""
     chosen = SEQUENCES[split_name]
     return accuracy(model, chosen, device), sum(len(xs) for xs in chosen.values())
 
 
 def prompts(start, num_samples, seed):
-    """sample.py's prompts [START] x [SEP], answer lengths: start's digits, or random."""
+    """sample.py's prompts [START] x [SEP] and answer lengths: start's, or random."""
     if start is None:
         rng = np.random.default_rng(seed)
         xs = [list(rng.integers(1, 10, size=rng.integers(1, MAX_LEN + 1)))

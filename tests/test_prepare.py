@@ -239,7 +239,7 @@ def test_a_full_disk_during_a_download_is_one_line_and_the_download_resumes(wiki
     with pytest.raises(SystemExit) as e:
         prepare_wikitext2(wikitext2_host, disk, "--wikitext2")
     assert_one_line_error(str(e.value.code), "could not write", "valid.txt.part", "No space left",
-                          "resumes when run again")
+                          "run again to resume")
     (disk / "filler").unlink()
     prepare_wikitext2(wikitext2_host, disk, "--wikitext2")
     assert [r is not None for _, r in wikitext2_host.ranges] == [True, True]  # each went on from the part
@@ -499,8 +499,7 @@ def test_the_command_prepare_suggests_trains_the_cpu_sized_encoder_decoder_on_it
     pw.main(["--input", str(tmp_path / "t.txt"), "--tokenizer", tokenizer, *compact, "--min_chars", "0",
              "--name", name, "--out_dir", str(tmp_path / "data")])
     line = capsys.readouterr().out.strip().splitlines()[-1]
-    assert line.endswith(f"train on it: python train.py {suggested} on a CPU; config/ has the baseline and the "
-                         f"other variants)")
+    assert line.endswith(f"train on it: python train.py {suggested} on a CPU; config/ has the other variants)")
     shutil.copytree(os.path.join(ROOT, "config"), tmp_path / "config")
     command = suggested.split(" (")[0].split()  # trains on it: here, its first evaluation
     result = run("train.py", *command, "--max_iters=0", "--out_dir=out", "--device=cpu", cwd=tmp_path)

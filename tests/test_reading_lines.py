@@ -1,5 +1,6 @@
 """Specifications of lab/reading_lines.py, the measure of how many lines a reader meets following one run: a file the
-run imports counts whole, less every function and class none of whose lines ran; a function that ran counts whole.
+run imports counts whole, less every function and class none of whose lines ran; a function that ran counts whole,
+its nested functions too.
 
     python -m pytest -q tests/test_reading_lines.py
 """
@@ -12,6 +13,8 @@ import os
 
 
 def used(x):
+    def hook():  # a nested function that never ran, in one that did: still read
+        return 0
     if x:
         return 1
     return 2  # an untaken branch of a function that ran: still read

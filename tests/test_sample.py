@@ -83,7 +83,8 @@ def test_sample_without_checkpoint_or_its_tokenizer_says_what_to_do(workdir, tmp
     (["--temperature=nan"], ["temperature=nan"]),
     (["--start=FILE:binary.bin"], ["binary.bin", "not UTF-8"]),
     ([b"--start=caf\xe9"], ["caf", "not UTF-8"]),
-], ids=["device", "mps_absent", "temperature", "binary_prompt_file", "non_utf8_prompt"])
+    (["--start=FILE:/dev/zero"], ["/dev/zero is longer than 1,048,576 bytes"]),  # an endless file
+], ids=["device", "mps_absent", "temperature", "binary_prompt_file", "non_utf8_prompt", "endless_prompt_file"])
 def test_sample_bad_input_is_one_line_error(workdir, args, fragments):
     (workdir / "binary.bin").write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00")
     # an argument given as bytes that are not UTF-8 reaches sample.py as it would from a shell

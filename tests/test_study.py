@@ -664,7 +664,7 @@ def test_a_study_started_with_ctrl_c_ignored_passes_a_stop_on_to_its_runs_which_
     stops the study and every run, at once; each run stops as train.py does (a KeyboardInterrupt) and keeps its
     checkpoint."""
     # started() inside the try: the stop may come as soon as the test has read both lines, before pause() is reached
-    stand_in = ("from machinery import process\nprocess.script_start()\ntry:\n    started()\n    signal.pause()\n"
+    stand_in = ("from machinery import process\nprocess.on_ctrl_c('')\ntry:\n    started()\n    signal.pause()\n"
                 "except KeyboardInterrupt:\n    open(stopped, 'a').write('stopped\\n')\n    sys.exit(1)\n")
     status, stderr, _ = stopped_study(tmp_path, stand_in, ignored=["SIGINT", "SIGHUP"])
     assert status == 130 and "Traceback" not in stderr, stderr

@@ -805,8 +805,8 @@ def test_resuming_a_finished_run_says_it_is_finished_and_how_to_train_it_further
     out = copy_run(workdir, tmp_path)
     before = files(out)
     result = run("train.py", f"--out_dir={out.name}", "--init_from=resume", cwd=tmp_path)
-    assert result.stdout.strip() == ("out holds a finished run: 6 of max_iters=6 iterations, evaluated; to train "
-                                     "it further, resume with a larger --max_iters, e.g. --max_iters=12")
+    assert result.stdout.strip() == ("out holds a finished run: 6 of max_iters=6 iterations, evaluated; to go on, "
+                                     "resume with a larger --max_iters, e.g. --max_iters=12")
     assert files(out) == before
 
 
