@@ -84,14 +84,14 @@ def checkpoint_tokenizer(checkpoint, ckpt_path, unknown=None):
     return get_tokenizer(tokenizer, compact, unknown)
 
 
-def read_text(path, most=-1):
+def read_text(path, most=1 << 31):
     """A UTF-8 text file's contents (most: bytes at most), line endings made \\n."""
     try:
         with open(path, "rb") as f:
-            data = f.read(most + (most >= 0))  # a byte more: too long, or not
+            data = f.read(most + 1)  # a byte more: too long, or not
     except OSError as e:
         fail(f"cannot read {path} ({e.strerror}); make it readable or leave it out")
-    if 0 <= most < len(data):  # e.g. /dev/zero
+    if len(data) > most:  # e.g. /dev/zero
         fail(f"{path} is longer than {most:,} bytes; give a shorter text")
     nul = data.find(b"\0")  # no text file holds NUL; UTF-16 and binaries do
     if nul >= 0:
