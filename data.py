@@ -31,9 +31,7 @@ def load_task(name, settings=()):
     path = os.path.join(TASKS, f"{name}.py")
     try:
         task = importlib.import_module(f"tasks.{name}")
-    except BaseException as e:  # sys.exit() too: it would end the script silently
-        if isinstance(e, KeyboardInterrupt):
-            raise
+    except (Exception, SystemExit) as e:  # sys.exit() too: it would end the script silently
         fail(f"the task module {path} does not import ({type(e).__name__}: {e}); fix it")
     wrong = [key for key, kind in INTERFACE.items() if not (callable(getattr(task, key, None))
              if kind is callable else type(getattr(task, key, None)) is kind)]
@@ -145,12 +143,9 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
 def open_dataset(dataset, task, context_size, vocab_size, command, trained=None):
     """(source, block, vocab_size, meta) of the task or data/<dataset>, held, checked."""
     if task is not None:
-        if context_size < task.BLOCK_SIZE:
-            fail(f"context_size={context_size} is too short for {dataset} sequences of "
-                 f"{task.BLOCK_SIZE} tokens; leave it unset")
-        if (vocab_size or task.VOCAB_SIZE) < task.VOCAB_SIZE:
-            fail(f"vocab_size={vocab_size} is smaller than the dataset's "
-                 f"{task.VOCAB_SIZE} tokens; leave it unset")
+        if context_size < task.BLOCK_SIZE or (vocab_size or task.VOCAB_SIZE) < task.VOCAB_SIZE:
+            fail(f"{dataset} needs context_size={task.BLOCK_SIZE} and vocab_size={task.VOCAB_SIZE}"
+                 f" at least, not {context_size} and {vocab_size}; leave them unset")
         return task, task.BLOCK_SIZE, vocab_size or task.VOCAB_SIZE, {"task": dataset}
     source = os.path.join("data", dataset)
     if os.path.isdir(source):

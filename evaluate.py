@@ -11,6 +11,7 @@ are left out, and counted."""
 import json
 import math
 import os
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -18,7 +19,7 @@ import torch
 from configurator import add_flag, argument_parser
 from data import check_dataset, load_task, prepare_command, window_losses, window_starts
 from machinery.checkpoints import load_checkpoint
-from machinery.files import folder_chain, hold_folder, release_folder
+from machinery.files import hold_folder, release_folder
 from machinery.hardware import pick_device
 from machinery.process import fail, on_ctrl_c
 from model import ModelConfig, build_model
@@ -82,8 +83,8 @@ def main(argv=None):
         tokens = np.concatenate([np.zeros(0, np.uint16), *tokens])
         source = args.input
     else:
-        chain = folder_chain(os.path.abspath(args.out_dir))
-        folders = ["", *reversed(chain), os.path.dirname(os.path.abspath(__file__))]
+        out_dir = Path(os.path.abspath(args.out_dir))
+        folders = ["", out_dir, *out_dir.parents, os.path.dirname(os.path.abspath(__file__))]
         found = [os.path.join(f, "data", dataset) for f in folders
                  if os.path.exists(os.path.join(f, "data", dataset, "meta.json"))]
         if not found:

@@ -19,7 +19,7 @@ import torch
 
 from configurator import apply, configure
 from data import Batches, introduce_run, is_task, load_task, open_dataset, split_losses
-from machinery import checkpoints, distributed, hardware, process
+from machinery import checkpoints, hardware, process
 from model import ModelConfig, build_model, get_lr, logits_needed
 
 stop = process.StopAfterStep()  # armed: a stop finishes the step, saves, ends
@@ -128,7 +128,7 @@ if dataset == "wikitext103" and not os.path.exists(os.path.join("data", dataset)
 train_config = {k: globals()[k] for k in defaults}  # saved in checkpoints
 # -----------------------------------------------------------------------------
 # processes and devices
-rank, world_size, device = distributed.start(device, gradient_accumulation_steps)
+rank, world_size, device = process.start_ddp(device, gradient_accumulation_steps)
 my_micro_steps = list(range(rank, gradient_accumulation_steps, world_size))
 device_type = device.split(":")[0]  # cuda, mps or cpu
 ptdtype = getattr(torch, dtype)
@@ -161,7 +161,7 @@ if compile:  # a failure: one line naming --compile=False (process.machine_error
     one_gpu_step = device_type == "cuda" and world_size == gradient_accumulation_steps == 1
     model = torch.compile(raw_model, mode="reduce-overhead" if one_gpu_step else None)
 eval_model = model
-if distributed.ddp:  # the gradients averaged over the processes
+if process.ddp:  # the gradients averaged over the processes
     model = torch.nn.parallel.DistributedDataParallel(model)
 # each step's learning rate: get_lr (model.py)
 schedule = dict(learning_rate=learning_rate, min_lr=min_lr, warmup_iters=warmup_iters,
@@ -256,11 +256,11 @@ while True:
         group["lr"] = lr
     evaluated = bool(logged) and logged[-1]["iter"] == iter_num  # on a resume
     if (iter_num % eval_interval == 0 or iter_num >= max_iters) and not evaluated:
-        with distributed.stop_together():  # evaluation: rank 0's work
+        with process.stop_together():  # evaluation: rank 0's work
             record = evaluation() if master else None
         save(record)
         clock.restart(iter_num)
-    if distributed.all_sum(stop.requested):  # all processes stop, or none
+    if process.all_sum(stop.requested):  # all processes stop, or none
         save(None)  # the step it came in
         raise KeyboardInterrupt  # one line, saying where the last checkpoint is
     if iter_num >= max_iters:
@@ -273,7 +273,7 @@ while True:
         x, y = batches.train(iter_num, micro_step)
         # gradients are averaged over the processes only after the last micro-step
         last = micro_step == my_micro_steps[-1]
-        with model.no_sync() if distributed.ddp and not last else nullcontext():
+        with model.no_sync() if process.ddp and not last else nullcontext():
             with autocast:
                 _, loss, terms = model(x, y, return_logits=return_logits)
             # the mean over the global batch, once DDP has averaged
@@ -298,4 +298,4 @@ while True:
 if master:
     print(f"done: {iter_num} iterations in {time.time() - run_start:.1f}s; checkpoint "
           f"and log in {out_dir}/")
-distributed.finish()
+process.finish_ddp()

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import torch
 
-from machinery import distributed
 from machinery.files import claim_folder, hold_folder, write_atomic
-from machinery.process import MASTER, fail
+from machinery.process import MASTER, all_sum, fail, stop_together
 
 # what a checkpoint holds, and of what kind: checked as it is read
 NEEDED = {"model": dict, "model_config": dict, "train_config": dict, "dataset_meta": dict,
@@ -89,7 +88,7 @@ def start(checkpoint, model, optimizer, scaler, settings, command):
     if checkpoint is not None:  # the same model; a finished run ends
         check_resume(checkpoint, model.config, settings)
     run = None
-    with distributed.stop_together():
+    with stop_together():
         if MASTER:  # one process at a time in out_dir (a resume holds it)
             claim_folder(out_dir, command)
             names = ("ckpt.pt", "log.jsonl") if checkpoint is None else ()
@@ -172,7 +171,7 @@ def restore(checkpoint, model, optimizer, scaler):
 def save(out_dir, record, checkpoint, kept):
     """Log rank 0's record, write its checkpoint (either may be None), or stop every
     process; returns, in each, whether a checkpoint was written."""
-    with distributed.stop_together():
+    with stop_together():
         if record is not None:
             losses = {k: v for k, v in record.items() if k.endswith("loss") and v is not None}
             stop_non_finite(losses, record["iter"], out_dir)
@@ -189,13 +188,13 @@ def save(out_dir, record, checkpoint, kept):
             buffer = io.BytesIO()  # torch's zip writer garbles a full disk error
             torch.save(checkpoint, buffer)
             write_atomic(os.path.join(out_dir, "ckpt.pt"), buffer.getbuffer(), f"; {kept}")
-    return bool(distributed.all_sum(MASTER and checkpoint is not None))
+    return bool(all_sum(MASTER and checkpoint is not None))
 
 
 def check_finite(loss, iter_num, out_dir):
     """Stop every process, rank 0 with one line, if a loss is not finite."""
-    loss = distributed.all_sum(loss)
-    with distributed.stop_together():
+    loss = all_sum(loss)
+    with stop_together():
         if MASTER:
             stop_non_finite({"loss": loss}, iter_num, out_dir)
 

@@ -3,7 +3,7 @@ import atexit
 import os
 import time
 from contextlib import suppress
-from pathlib import Path, PurePath
+from pathlib import Path
 
 import filelock
 
@@ -32,19 +32,12 @@ def write_atomic(path, data, kept=""):  # data: bytes, or a function of a file
         fail(f"could not write {path}: {write_error(path, e)}{kept}")
 
 
-def folder_chain(folder):  # outermost first: a, a/b, a/b/c
-    path = os.path.normpath(folder)
-    return [p for p in map(str, reversed(PurePath(path).parents)) if p != "."] + [path]
-
-
-def make_folder(folder, what="--out_dir"):  # returns the outermost one made, if any
-    made = next((p for p in folder_chain(folder) if not os.path.lexists(p)), None)
+def make_folder(folder, what="--out_dir"):
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as e:
         fail(f"cannot make {what}={folder} ({e.strerror}: {e.filename}); "
              f"choose another {what}")
-    return made
 
 
 def hold_folder(folder, what, command, shared=False):
@@ -90,16 +83,17 @@ def let_go(lock):  # release a lock, and remove its file and note
         Path(lock.lock_file).unlink(missing_ok=True)
 
 
-def remove_empty_folders(folder, made):  # up to make_folder's `made`, where empty
-    chain = folder_chain(folder)
-    for path in reversed(chain[chain.index(made):] if made else []):
-        with suppress(OSError):  # not empty
-            os.rmdir(path)
-
-
 def claim_folder(folder, command, what="--out_dir"):  # a refusal leaves none made
-    atexit.register(remove_empty_folders, folder, make_folder(folder, what))
+    made = [p for p in (folder, *Path(folder).parents) if not os.path.lexists(p)]
+    make_folder(folder, what)
+    for path in reversed(made):  # at exit, innermost first, those left empty
+        atexit.register(remove_if_empty, path)
     hold_folder(folder, what, command)
+
+
+def remove_if_empty(path):
+    with suppress(OSError):
+        os.rmdir(path)
 
 
 def release_folder(folder):  # for a caller going on after its work there

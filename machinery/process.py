@@ -1,14 +1,22 @@
-"""How a script stops: in one line, not a traceback; train.py after a step."""
+"""How a script stops: in one line, not a traceback; train.py after a step; DDP's processes
+(torchrun's, training as one) together."""
 import atexit
+import math
 import os
 import re
 import signal
 import sys
+from contextlib import contextmanager
+
+import torch
+import torch.distributed as dist
 
 # SIGINT, SIGTERM, SIGHUP, less those ignored from the start (`nohup`)
 STOPS = [s for s in (getattr(signal, n, None) for n in ("SIGINT", "SIGTERM", "SIGHUP"))
          if s and signal.getsignal(s) != signal.SIG_IGN]
 MASTER = int(os.environ.get("RANK", 0)) == 0  # rank 0 speaks for a DDP run
+ddp = "RANK" in os.environ  # started by torchrun
+device = "cpu"  # this process's device, set by start
 
 
 def fail(message):
@@ -34,7 +42,7 @@ def machine_error(error, lower):
         return f"torch.compile could not build the model ({name}: {detail[:300]}); {fix}"
     # gloo and NCCL fail each exchange with a peer that ended
     lost = re.search(r"by peer|Broken pipe|peer.*(closed|gone)", detail, re.I)
-    if "RANK" in os.environ and (lost or "DistError" in names):
+    if ddp and (lost or "DistError" in names):
         return f"another process of this run ended ({name}: {detail[:160]})"
     return None
 
@@ -67,7 +75,7 @@ def on_ctrl_c(kept, lower="the sizes asked for"):
             return print(f"error: {line}; {said}", file=sys.stderr, flush=True)
         if MASTER:
             print(f"interrupted: {said}", file=sys.stderr, flush=True)
-        if "RANK" in os.environ:  # torchrun's hook then prints this one's line
+        if ddp:  # torchrun's hook then prints this one's line
             return
         atexit._run_exitfuncs()  # the folders' locks let go, output flushed
         os._exit(130)  # and no second stop in the interpreter's shutdown
@@ -89,11 +97,59 @@ class StopAfterStep:
     def stop(self, signum, frame):
         if self.requested and signum == signal.SIGINT:  # a second Ctrl-C: at once
             raise KeyboardInterrupt
-        if self.requested:  # torchrun's SIGTERM after SIGINT changes nothing
-            return
+        # on stdout, at once (the run's last line follows on stderr); torchrun's SIGTERM after
+        # SIGINT changes nothing
+        if MASTER and not self.requested:
+            print(f"{signal.Signals(signum).name}: finishing this step, then saving a checkpoint "
+                  "(a second Ctrl-C ends the run at once)", flush=True)
         self.requested = True
-        name = signal.Signals(signum).name
-        # on stdout, at once: the run's last line follows on stderr
-        say = print if MASTER else (lambda *args, **kwargs: None)
-        say(f"{name}: finishing this step, then saving a checkpoint (a second Ctrl-C "
-            "ends the run at once)", flush=True)
+
+
+def start_ddp(device_asked, gradient_accumulation_steps):  # rank, world, device
+    global device
+    device = device_asked
+    if not ddp:
+        return 0, 1, device
+    dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+    world_size = dist.get_world_size()
+    if gradient_accumulation_steps % world_size:  # a step's micro-batches, shared
+        fit = math.lcm(gradient_accumulation_steps, world_size)
+        fail(f"--gradient_accumulation_steps must be a multiple of the {world_size} "
+             f"processes: {gradient_accumulation_steps} is not; use e.g. {fit}")
+    if device.startswith("cuda"):
+        device = f"cuda:{os.environ['LOCAL_RANK']}"
+        torch.cuda.set_device(device)
+    return dist.get_rank(), world_size, device
+
+
+def all_sum(value):  # over the processes, else value
+    if not ddp:
+        return value
+    total = torch.tensor([value], dtype=torch.double, device=device)
+    dist.all_reduce(total)
+    return total.item()
+
+
+@contextmanager
+def stop_together():
+    """Around rank 0's own work: its stop stops every process, with one line."""
+    error = None
+    try:
+        yield
+    except (SystemExit, Exception) as e:
+        if not ddp:
+            raise
+        error = e
+    if ddp and all_sum(error is not None):
+        if isinstance(error, SystemExit):  # torchrun ends the others once one left
+            print(error.code, file=sys.stderr, flush=True)
+        elif error is not None:
+            sys.excepthook(type(error), error, error.__traceback__)
+        dist.barrier()
+        raise SystemExit(1)
+
+
+def finish_ddp():  # every process waits for the last checkpoint, then all leave together
+    if ddp:
+        dist.barrier()
+        dist.destroy_process_group()
