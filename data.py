@@ -144,8 +144,8 @@ def open_dataset(dataset, task, context_size, vocab_size, command, trained=None)
     """(source, block, vocab_size, meta) of the task or data/<dataset>, held, checked."""
     if task is not None:
         if context_size < task.BLOCK_SIZE or (vocab_size or task.VOCAB_SIZE) < task.VOCAB_SIZE:
-            fail(f"{dataset} needs context_size={task.BLOCK_SIZE} and vocab_size={task.VOCAB_SIZE}"
-                 f" at least, not {context_size} and {vocab_size}; leave them unset")
+            fail(f"{dataset} needs context_size >= {task.BLOCK_SIZE} and vocab_size >= "
+                 f"{task.VOCAB_SIZE}, not {context_size} and {vocab_size}; leave them unset")
         return task, task.BLOCK_SIZE, vocab_size or task.VOCAB_SIZE, {"task": dataset}
     source = os.path.join("data", dataset)
     if os.path.isdir(source):

@@ -11,7 +11,7 @@ import torch
 
 from tasks import reversal
 from configurator import read_config
-from conftest import ROOT, log, run
+from conftest import ROOT, assert_one_line_error, log, run
 from model import ModelConfig, build_model
 
 
@@ -101,3 +101,10 @@ def test_accuracy_is_the_share_of_sequences_whose_greedy_answer_is_the_reversed_
     model = Reverser().train()
     assert reversal.accuracy(model, sequences, "cpu", batch_size=7) == right / sum(map(len, sequences.values()))
     assert model.training  # the mode it came in
+
+
+def test_a_context_or_vocabulary_too_small_for_the_task_is_one_line_before_anything_is_written(tmp_path):
+    for flag in ("--context_size=5", "--vocab_size=8"):
+        result = run("train.py", "--dataset=reversal", flag, "--device=cpu", cwd=tmp_path, check=False)
+        assert_one_line_error(result, "reversal needs context_size >= 11 and vocab_size >= 12, not ", "leave them")
+        assert not (tmp_path / "out").exists()
