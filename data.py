@@ -35,14 +35,15 @@ def load_task(name, settings=()):
         fail(f"the task module {path} does not import ({type(e).__name__}: {e}); fix it")
     wrong = [key for key, kind in INTERFACE.items() if not (callable(getattr(task, key, None))
              if kind is callable else type(getattr(task, key, None)) is kind)]
+    wrong += [k for k in ("VOCAB_SIZE", "BLOCK_SIZE") if not wrong and getattr(task, k) < 1]
     if wrong:
         fail(f"the task module {path} lacks {', '.join(wrong)} of the kind a task gives: "
-             "DEFAULTS (a dict), VOCAB_SIZE and BLOCK_SIZE (integers), the others "
-             "functions (see tasks/reversal.py)")
+             "DEFAULTS (a dict), VOCAB_SIZE and BLOCK_SIZE (integers above 0), the "
+             "others functions (see tasks/reversal.py)")
     unknown = [key for key in task.DEFAULTS if settings and key not in settings]
     if unknown:
-        fail(f"the task module {path} sets {', '.join(unknown)} in DEFAULTS, which is no setting "
-             "of a task's model or schedule; see python train.py --help")
+        fail(f"the task module {path} sets {', '.join(map(str, unknown))} in DEFAULTS, which "
+             "is no setting of a task's model or schedule; see python train.py --help")
     return task
 
 
@@ -93,7 +94,7 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
         with open(os.path.join(data_dir, "meta.json"), encoding="utf-8") as f:
             meta = json.load(f)
         meta.get("vocab_size")
-    except (OSError, ValueError, AttributeError):  # OSError: e.g. a folder meta.json
+    except (OSError, ValueError, AttributeError, RecursionError):
         meta = {}
     if meta.get("tokenizer") in ("gpt2", "byte") and not trained:
         tokenizer = meta["tokenizer"]
@@ -105,9 +106,10 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
         refuse(f"{data_dir} is half replaced: a preparation was killed mid-rename",
                " (it finishes the rename first)")
     vocab = meta.get("vocab_size")
-    if type(vocab) is not int or vocab < 1 or meta.get("tokenizer") not in ("gpt2", "byte"):
-        refuse(f"{data_dir}/meta.json is not a JSON object with a positive vocab_size "
-               "and a tokenizer (gpt2 or byte)")
+    known = meta.get("tokenizer") in ("gpt2", "byte")
+    if type(vocab) is not int or not 1 <= vocab <= 2 ** 16 or not known:
+        refuse(f"{data_dir}/meta.json is not a JSON object with a tokenizer (gpt2 or "
+               "byte) and a vocab_size of 1 to 65536")
     for split in ("train", "val"):
         path = os.path.join(data_dir, f"{split}.bin")
         n_tokens = meta.get(f"{split}_tokens")
@@ -118,6 +120,8 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
             refuse(f"{path} has {n_tokens} tokens, too few for context_size={block}: lower "
                    "--context_size, or give more text", " (and --val_fraction 0.05 or more)")
         tokens = np.memmap(path, dtype=np.uint16, mode="r")
+        if tokens.max() >= vocab:
+            refuse(f"{path} holds token {tokens.max()}, not below vocab_size={vocab}")
         # the sum tells preparations apart; the sha256 (newer ones) any change
         for key, found in ((f"{split}_token_sum", lambda: int(tokens.sum(dtype=np.uint64))),
                            (f"{split}_sha256", lambda: hashlib.sha256(tokens).hexdigest())):

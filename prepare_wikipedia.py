@@ -87,27 +87,31 @@ def write_dataset(out, files):
     old = os.path.exists(os.path.join(out, "meta.json"))
     kept = f"; {out} keeps its old dataset" * old
     mask = getattr(signal, "pthread_sigmask", None)  # POSIX's; none on Windows
+    global stopped  # what a stop says, once meta.json.new is whole
     try:
         for name in DATASET_FILES:  # meta.json.new last: all three are whole
             write_atomic(os.path.join(out, name + ".new"), files[name], kept)
         held = mask(signal.SIG_BLOCK, STOPS) if mask else None
     finally:  # else (full disk, Ctrl-C) the new files go, the old stay
-        finish_writing(out)
-    global stopped  # what a stop held off till now says
-    stopped = f"the new dataset in {out} is whole and in place"
+        if finish_writing(out):
+            stopped = f"the new dataset in {out} is whole and in place"
     if mask:
         mask(signal.SIG_SETMASK, held)
 
 
 def finish_writing(out):
-    """Rename each <name>.new over <name> if meta.json.new (the last) is."""
+    """Rename each <name>.new over <name> if meta.json.new (the last) is; whether so."""
     whole = os.path.exists(os.path.join(out, "meta.json.new"))
-    for name in DATASET_FILES:
-        new = os.path.join(out, name + ".new")
-        if whole and os.path.exists(new):
-            os.replace(new, os.path.join(out, name))
-        elif os.path.exists(new):
-            os.remove(new)
+    try:
+        for name in DATASET_FILES:
+            new = os.path.join(out, name + ".new")
+            if whole and os.path.exists(new):
+                os.replace(new, os.path.join(out, name))
+            elif os.path.exists(new):
+                os.remove(new)
+    except OSError as e:  # e.g. a folder meta.json
+        fail(f"{e.filename2 or e.filename} is in the way ({e.strerror}): move it")
+    return whole
 
 # -----------------------------------------------------------------------------
 # where articles come from (files, WikiText-2, WikiText-103), and the flags
@@ -331,7 +335,8 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     command = " ".join(["prepare_wikipedia.py", *argv])
     claim_folder(out, command, "--name")  # no run or other prepare uses it
-    finish_writing(out)  # of a prepare killed as it renamed
+    if finish_writing(out):  # of a prepare killed as it renamed
+        print(f"{out}: a killed preparation's renames are done")
     if args.wikitext103:
         articles = wikitext103_articles(args, encode, eot_token)
         source = f"WikiText-103 (raw) train split, {args.wikitext103_url}, seed {args.seed}"

@@ -68,9 +68,7 @@ def checkpoint_tokenizer(checkpoint, ckpt_path, unknown=None):
     n = len(compact) if type(compact) is list else 256 if tokenizer == "byte" else 50257
     what = "its compact vocabulary" if compact else f"the {tokenizer} tokenizer"
     problem = None
-    if tokenizer not in ("gpt2", "byte"):
-        problem = f"names the tokenizer {tokenizer!r}, not gpt2 or byte"
-    elif compact is not None and tokenizer != "gpt2":
+    if compact is not None and tokenizer != "gpt2":  # gpt2 or byte: read_checkpoint
         problem = f"has a compact_vocab (of gpt2 tokens) beside {tokenizer}"
     elif compact is not None and not (  # sorted, distinct, 0 up to end of text (50256)
             type(compact) is list and all(type(i) is int for i in compact)

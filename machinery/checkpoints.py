@@ -16,7 +16,7 @@ from machinery.process import MASTER, all_sum, fail, stop_together
 # what a checkpoint holds, and of what kind: checked as it is read
 NEEDED = {"model": dict, "model_config": dict, "train_config": dict, "dataset_meta": dict,
           "optimizer": dict, "scaler": dict, "rng": dict, "iter_num": int,
-          "best_val_loss": float, "tokens": int, "log": list}
+          "best_val_loss": float, "tokens": int, "log": list, "grad_norm": (float, type(None))}
 
 
 def read_checkpoint(ckpt_path, device, fix):
@@ -39,16 +39,28 @@ def read_checkpoint(ckpt_path, device, fix):
     if not isinstance(checkpoint, dict):
         checkpoint = {}
     wrong = [key for key, kind in NEEDED.items()
-             if not isinstance(checkpoint.get(key), kind) or type(checkpoint[key]) is bool]
-    if not wrong and not all(type(r) is dict and type(r.get("iter")) is int
-                             for r in checkpoint["log"]):
-        wrong = ["log"]
-    if not wrong and type(checkpoint["train_config"].get("dataset")) is not str:
-        wrong = ["train_config"]
+             if not isinstance(checkpoint.get(key), kind) or type(checkpoint.get(key)) is bool]
+    if not wrong:  # the record as the scripts read it
+        c = checkpoint
+        meta, dataset = c["dataset_meta"], c["train_config"].get("dataset")
+        known = meta.get("tokenizer") in ("gpt2", "byte")  # text.py checks the rest
+        wrong = [key for key, right in [
+            ("log", all(type(r) is dict and type(r.get("iter")) is int for r in c["log"])),
+            ("train_config", type(dataset) is str),
+            ("dataset_meta", meta.get("task") == dataset if "task" in meta else known),
+            ("record", plain([c["model_config"], c["train_config"], meta, c["log"]]))]
+            if not right][:1]
     if wrong:
         fail(f"checkpoint {ckpt_path} has no {', '.join(wrong)} of the kind this code "
              f"reads (it is not train.py's, or an older version wrote it); {fix}")
     return checkpoint
+
+
+def plain(value):  # JSON's kinds only, as log.jsonl and meta.json hold them
+    try:
+        return bool(json.dumps(value))
+    except (TypeError, ValueError):
+        return False
 
 
 def load_checkpoint(out_dir, device="cpu", fix="use another run's --out_dir", build=None):
@@ -85,35 +97,34 @@ def resume(out_dir, asked, user_set, command):
 def start(checkpoint, model, optimizer, scaler, settings, command):
     """Claim out_dir, start W&B, restore the checkpoint: (iter_num, ..., run)."""
     out_dir = settings["out_dir"]
+    state = 0, float("inf"), 0, None, []
     if checkpoint is not None:  # the same model; a finished run ends
         check_resume(checkpoint, model.config, settings)
+        state = restore(checkpoint, model, optimizer, scaler)
     run = None
     with stop_together():
         if MASTER:  # one process at a time in out_dir (a resume holds it)
             claim_folder(out_dir, command)
             names = ("ckpt.pt", "log.jsonl") if checkpoint is None else ()
-            earlier = [p for p in (os.path.join(out_dir, n) for n in names) if os.path.lexists(p)]
+            earlier = [n for n in names if os.path.lexists(os.path.join(out_dir, n))]
             if earlier and not settings["overwrite"]:  # a fresh run keeps them
-                fail(f"{earlier[0]} holds an earlier run's {earlier[0][-7:]}; continue it with "
-                     "--init_from=resume, use another --out_dir, or replace it: --overwrite=True")
+                go_on = "go on with --init_from=resume, " * (earlier[0] == "ckpt.pt")
+                fail(f"{out_dir} holds an earlier run's {earlier[0]}; {go_on}use "
+                     "another --out_dir, or replace it: --overwrite=True")
             run = start_wandb(settings, checkpoint) if settings["wandb_log"] else None
-            if checkpoint is not None:
-                write_log(out_dir, checkpoint)
-            for path in earlier:  # --overwrite=True
-                os.remove(path)
-    if checkpoint is None:
-        return 0, float("inf"), 0, None, [], run
-    return *restore(checkpoint, model, optimizer, scaler), run
+            if checkpoint or "log.jsonl" in earlier:  # --overwrite: set aside
+                write_log(out_dir, checkpoint["log"] if checkpoint else [])
+    return *state, run
 
 
 def check_resume(checkpoint, config, settings):
     """Stop if the model asked for is not the checkpoint's, or it is finished."""
     ckpt_path = os.path.join(settings["out_dir"], "ckpt.pt")
     saved = checkpoint["model_config"]
-    unknown = [k for k in saved if not hasattr(config, k)]
+    unknown = [k for k in saved if type(k) is not str or not hasattr(config, k)]
     if unknown:
         fail(f"{ckpt_path} is from another version of model.py (its model_config has "
-             f"{', '.join(unknown)}); resume it with that version")
+             f"{', '.join(map(str, unknown))}); resume it with that version")
     diffs = [k for k, v in saved.items() if getattr(config, k) != v]
     if diffs:
         asked = ", ".join(f"{k}={getattr(config, k)!r}" for k in diffs)
@@ -129,21 +140,19 @@ def check_resume(checkpoint, config, settings):
         sys.exit(0)
 
 
-def write_log(out_dir, checkpoint):
-    """log.jsonl as the checkpoint's log; one that differs is set aside whole."""
+def write_log(out_dir, log):
+    """log.jsonl as this run's log; one that differs is set aside whole."""
     path = os.path.join(out_dir, "log.jsonl")
-    text = "".join(json.dumps(record) + "\n" for record in checkpoint["log"]).encode()
+    text = "".join(json.dumps(record) + "\n" for record in log).encode()
     if os.path.isfile(path) and Path(path).read_bytes() == text:
         return
     new = f"{path}.new"  # whole before the old moves: a full disk changes nothing
-    write_atomic(new, text, f"; the checkpoint {out_dir}/ckpt.pt (iteration "
-                            f"{checkpoint['iter_num']}) is kept: resume it again")
+    write_atomic(new, text, f"; the other files of {out_dir} are as they were")
     if os.path.lexists(path):
         aside = next(f"{path}.aside{n}" for n in range(1, 10 ** 6)
                      if not os.path.lexists(f"{path}.aside{n}"))
         os.rename(path, aside)
-        print(f"{path}: set aside whole as {aside}; it differs from the log the checkpoint "
-              f"carries (iteration {checkpoint['iter_num']}), which is written in its place")
+        print(f"{path}: set aside whole as {aside}; it differs from this run's log")
     os.replace(new, path)
 
 

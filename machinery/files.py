@@ -32,21 +32,29 @@ def write_atomic(path, data, kept=""):  # data: bytes, or a function of a file
         fail(f"could not write {path}: {write_error(path, e)}{kept}")
 
 
-def make_folder(folder, what="--out_dir"):
+def make_folder(folder, what="--out_dir"):  # the folders it made, outermost first
+    made = []
     try:
-        os.makedirs(folder, exist_ok=True)
+        for path in [*reversed(Path(folder).parents), Path(folder)]:  # ".." as written
+            if not os.path.isdir(path):
+                os.mkdir(path)
+                made.append(os.path.realpath(path))
     except OSError as e:
         fail(f"cannot make {what}={folder} ({e.strerror}: {e.filename}); "
              f"choose another {what}")
+    return made
 
 
 def hold_folder(folder, what, command, shared=False):
     """Hold folder till this process ends, alone or beside other readers (shared)."""
-    if os.path.realpath(folder) in _held:
+    held = _held.get(os.path.realpath(folder))
+    if held is not None and not shared and not held.lock_file.endswith(".held"):
+        fail(f"{folder} holds the data this run reads; use another {what}")
+    if held is not None:  # held already, as asked or more
         return
     # a writer's lock: .held, a reader's: .held.<pid>; the note: .lock(.<pid>)
     mine = os.path.join(folder, f".held.{os.getpid()}" if shared else ".held")
-    others = [os.path.join(folder, ".held")] if shared else Path(folder).glob(".held.*")
+    others = [os.path.join(folder, ".held")] if shared else Path(folder).glob(".held.[0-9]*")
     lock = filelock.FileLock(mine, timeout=0)
     try:
         lock.acquire()
@@ -79,15 +87,14 @@ def note_of(lock_file):  # the note saying who holds a lock: .held.12 -> .lock.1
 def let_go(lock):  # release a lock, and remove its file and note
     if lock.is_locked:  # not let go of already (release_folder)
         lock.release()
-        Path(note_of(lock.lock_file)).unlink(missing_ok=True)
-        Path(lock.lock_file).unlink(missing_ok=True)
+        with suppress(OSError):  # e.g. a folder in the way: it stays
+            Path(lock.lock_file).unlink(missing_ok=True)
+            Path(note_of(lock.lock_file)).unlink(missing_ok=True)
 
 
 def claim_folder(folder, command, what="--out_dir"):  # a refusal leaves none made
-    made = [p for p in (folder, *Path(folder).parents) if not os.path.lexists(p)]
-    make_folder(folder, what)
-    for path in reversed(made):  # at exit, innermost first, those left empty
-        atexit.register(remove_if_empty, path)
+    for made in make_folder(folder, what):  # at exit, innermost first, if empty
+        atexit.register(remove_if_empty, made)
     hold_folder(folder, what, command)
 
 

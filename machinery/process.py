@@ -97,8 +97,7 @@ class StopAfterStep:
     def stop(self, signum, frame):
         if self.requested and signum == signal.SIGINT:  # a second Ctrl-C: at once
             raise KeyboardInterrupt
-        # on stdout, at once (the run's last line follows on stderr); torchrun's SIGTERM after
-        # SIGINT changes nothing
+        # at once, on stdout (the last line comes on stderr); a second: nothing
         if MASTER and not self.requested:
             print(f"{signal.Signals(signum).name}: finishing this step, then saving a checkpoint "
                   "(a second Ctrl-C ends the run at once)", flush=True)

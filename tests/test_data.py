@@ -206,7 +206,7 @@ def write_meta(folder, **changes):
 
 
 @pytest.mark.parametrize("breaks, fragments", [
-    (break_val_ids, ["val.bin", "val_token_sum differs", "--tokenizer=byte"]),
+    (break_val_ids, ["val.bin holds token 300", "vocab_size=256", "--tokenizer=byte"]),
     (cut_train_in_half, ["train.bin", "train_tokens", "--tokenizer=byte"]),
     (lambda d: (d / "train.bin").write_bytes((d / "train.bin").read_bytes()[:-1]),
      ["train.bin", "train_tokens=", "cut short"]),
@@ -221,9 +221,12 @@ def write_meta(folder, **changes):
     (lambda d: write_meta(d, train_token_sum="x"), ["train.bin", "train_token_sum differs"]),
     (swap_two_train_tokens, ["train.bin", "train_sha256 differs", "a damaged file"]),
     (null_counts_and_cut, ["train.bin", "train_tokens=None"]),
+    (lambda d: write_meta(d, vocab_size=40), ["train.bin holds token", "not below vocab_size=40"]),
+    (lambda d: write_meta(d, vocab_size=10 ** 9), ["meta.json", "vocab_size of 1 to 65536"]),
+    (lambda d: (d / "meta.json").write_text("[" * 100_000 + "]" * 100_000), ["meta.json"]),
 ], ids=["id_beyond_vocab", "train_cut_in_half", "odd_bytes", "meta_not_json", "meta_not_object", "meta_without_vocab",
         "no_val_split", "another_preparation", "val_tokens_a_string", "tokenizer_a_list", "token_sum_a_string",
-        "two_tokens_swapped", "counts_null_and_cut"])
+        "two_tokens_swapped", "counts_null_and_cut", "vocab_below_the_ids", "vocab_past_16_bits", "meta_nested_deep"])
 def test_broken_dataset_is_refused_at_start_naming_the_file_and_the_rebuild(workdir, tmp_path, breaks, fragments):
     shutil.copytree(workdir / "data" / "tiny", tmp_path / "data" / "tiny")
     breaks(tmp_path / "data" / "tiny")

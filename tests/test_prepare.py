@@ -506,7 +506,7 @@ def test_the_command_prepare_suggests_trains_the_cpu_sized_encoder_decoder_on_it
     assert "eval 0: train loss" in result.stdout
 
 
-@pytest.mark.parametrize("where, phrase", [("a_file", "(Not a directory"), ("a_file/x", "(Not a directory")])
+@pytest.mark.parametrize("where, phrase", [("a_file", "(File exists"), ("a_file/x", "(File exists")])
 def test_an_out_dir_that_cannot_hold_the_dataset_is_one_line_error(tmp_path, where, phrase):
     (tmp_path / "a_file").write_text("")
     (tmp_path / "t.txt").write_text(" = T = \n Text .\n")
@@ -629,6 +629,13 @@ def test_a_refused_preparation_leaves_no_empty_dataset_folder(tmp_path):
                  check=False)
     assert_one_line_error(result, "no article of at least --min_chars=500 characters")
     assert sorted(os.listdir(tmp_path)) == ["short.txt"]
+    # those it made only: not a folder of yours that a path through one it made ('..') names
+    (tmp_path / "data" / "short").mkdir(parents=True)
+    for out_dir in ("made/../data", "a/b/../c"):
+        result = run("prepare_wikipedia.py", "--input", "short.txt", "--name", "short", "--tokenizer", "byte",
+                     f"--out_dir={out_dir}", cwd=tmp_path, check=False)
+        assert_one_line_error(result, "no article of at least --min_chars=500 characters")
+        assert sorted(os.listdir(tmp_path)) == ["data", "short.txt"] and os.listdir(tmp_path / "data") == ["short"]
 
 
 def test_no_flags_prepare_wikitext103_as_the_write_up_names_it(wikitext103_host, tmp_path, capsys):
@@ -704,6 +711,26 @@ def test_an_interruption_between_the_files_keeps_the_old_dataset_whole(tmp_path,
     assert dataset_files(tmp_path / "data" / "text") == before and usable(tmp_path, monkeypatch)
 
 
+def test_an_interruption_just_after_the_last_file_puts_the_new_dataset_in_place_and_says_so(tmp_path, monkeypatch):
+    """A stop after meta.json.new is whole, before the renames hold stops off: the new dataset goes in place, and
+    the line a stop prints says so (it said the old one stayed)."""
+    (tmp_path / "new.txt").write_text(word_articles(["the", "river", "castle"], 12, 60))
+    prepare_text(tmp_path / "new.txt", tmp_path / "clean")
+    prepare_text(tmp_path / "new.txt", tmp_path / "data", "--seed", "1")
+    real = pw.write_atomic
+
+    def ctrl_c_after_meta_json(path, data, *args):
+        real(path, data, *args)
+        if os.path.basename(path) == "meta.json.new":
+            raise KeyboardInterrupt
+    monkeypatch.setattr(pw, "write_atomic", ctrl_c_after_meta_json)
+    monkeypatch.setattr(pw, "stopped", pw.stopped)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_text(tmp_path / "new.txt", tmp_path / "data")
+    assert dataset_files(tmp_path / "data" / "text") == dataset_files(tmp_path / "clean" / "text")
+    assert pw.stopped == f"the new dataset in {tmp_path / 'data' / 'text'} is whole and in place"
+
+
 # the arguments that prepare new.txt over old.txt's dataset, data/text
 RENAMED = ["--input", "new.txt", "--name", "text", "--tokenizer", "byte", "--min_chars", "0", "--val_fraction", "0.5"]
 
@@ -763,6 +790,7 @@ def test_a_kill_between_the_renames_is_refused_by_train_py_and_finished_by_the_n
     assert not usable(tmp_path, monkeypatch)  # a mix of two preparations is never taken for a dataset
     result = run("prepare_wikipedia.py", *RENAMED, "--min_chars", "1000000", cwd=tmp_path, check=False)
     assert_one_line_error(result, "no article of at least --min_chars=1000000")
+    assert f"data{os.sep}text: a killed preparation's renames are done" in result.stdout
     finished, clean = dataset_files(tmp_path / "data" / "text"), dataset_files(tmp_path / "clean" / "text")
     assert {f: finished[f] for f in ("train.bin", "val.bin")} == {f: clean[f] for f in ("train.bin", "val.bin")}
     assert json.loads(finished["meta.json"])["source"] == "local files: new.txt" and usable(tmp_path, monkeypatch)

@@ -139,11 +139,13 @@ def test_a_run_trained_on_a_data_folder_is_what_its_checkpoint_records_beside_a_
     (COPYING + "\nDEFAULTS = 5\n", "lacks DEFAULTS of the kind a task gives"),
     (COPYING + "\nDEFAULTS = dict(n_layers=2)\n", "sets n_layers in DEFAULTS, which is no setting"),
     (COPYING + "\nVOCAB_SIZE = '12'\n", "lacks VOCAB_SIZE of the kind a task gives"),
+    (COPYING + "\nBLOCK_SIZE = 0\n", "lacks BLOCK_SIZE of the kind a task gives"),
+    (COPYING + "\nDEFAULTS = {1: 2}\n", "sets 1 in DEFAULTS, which is no setting"),
     ("import sys\nsys.exit(3)\n", "does not import (SystemExit: 3)"),
     (COPYING + "\nDEFAULTS = dict(DEFAULTS, overwrite=True)\n", "sets overwrite in DEFAULTS"),
     (COPYING + "\nDEFAULTS = dict(DEFAULTS, out_dir='elsewhere')\n", "sets out_dir in DEFAULTS"),
 ], ids=["import_error", "syntax_error", "no_score", "no_defaults", "defaults_not_a_dict", "unknown_defaults_key",
-        "vocab_size_a_string", "exits", "overwrite", "out_dir"])
+        "vocab_size_a_string", "block_size_0", "defaults_key_not_a_name", "exits", "overwrite", "out_dir"])
 def test_a_task_module_that_does_not_import_or_lacks_a_name_is_one_line_before_anything_is_written(tmp_path, module,
                                                                                                     fragment):
     project = tmp_path / "project"

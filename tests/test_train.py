@@ -78,8 +78,8 @@ def test_a_resume_sets_aside_what_was_logged_after_its_checkpoint_and_says_so(wo
         f.write(later)
     before = (out / "log.jsonl").read_text()
     result = run("train.py", "--out_dir=out", "--init_from=resume", "--max_iters=8", cwd=tmp_path)
-    assert (f"out{os.sep}log.jsonl: set aside whole as out{os.sep}log.jsonl.aside1; it differs from the log the "
-            f"checkpoint carries (iteration 6)") in result.stdout
+    assert (f"out{os.sep}log.jsonl: set aside whole as out{os.sep}log.jsonl.aside1; it differs from this run's "
+            "log") in result.stdout
     assert (out / "log.jsonl.aside1").read_text() == before
     assert [r["iter"] for r in log(tmp_path, "out")] == [0, 2, 4, 6, 8] and log(tmp_path, "out")[-1]["val_loss"] < 99
 
@@ -403,15 +403,20 @@ def test_run_from_scratch_refuses_to_replace_a_checkpoint_unless_told(workdir, t
     result = train(tmp_path, "out", "--max_iters=2", check=False)
     assert_one_line_error(result, "ckpt.pt", "--init_from=resume", "--out_dir", "--overwrite=True")
     assert files(out) == before
-    train(tmp_path, "out", "--max_iters=2", "--overwrite=True")
+    earlier = (out / "log.jsonl").read_text()
+    result = train(tmp_path, "out", "--max_iters=2", "--overwrite=True")
     assert [r["iter"] for r in log(tmp_path, "out")] == [0, 2]
+    assert (out / "log.jsonl.aside1").read_text() == earlier  # replaced, not lost
+    assert f"out{os.sep}log.jsonl: set aside whole as out{os.sep}log.jsonl.aside1" in result.stdout
 
 
 def test_run_from_scratch_refuses_a_folder_with_a_log_but_no_checkpoint_unless_told(workdir, tmp_path):
     out = copy_run(workdir, tmp_path)  # as a study's committed logs are: no checkpoint beside them
     os.remove(out / "ckpt.pt")
     before = files(out)
-    assert_one_line_error(train(tmp_path, "out", "--max_iters=2", check=False), "log.jsonl", "--overwrite=True")
+    result = train(tmp_path, "out", "--max_iters=2", check=False)
+    assert_one_line_error(result, "log.jsonl", "--overwrite=True")
+    assert "--init_from=resume" not in result.stderr  # no checkpoint to resume
     assert files(out) == before
     train(tmp_path, "out", "--max_iters=2", "--overwrite=True")
     assert [r["iter"] for r in log(tmp_path, "out")] == [0, 2]
@@ -459,7 +464,17 @@ def test_gpt2_tokens_for_a_byte_config_say_how_to_prepare_bytes(workdir, tmp_pat
     (lambda c: c.update(log=[{"iter": "6"}]), ["has no log of the kind this code reads"]),
     (lambda c: c.update(tokens=1.5), ["has no tokens of the kind this code reads"]),
     (lambda c: c["train_config"].pop("dataset"), ["has no train_config of the kind this code reads"]),
-], ids=["extra_model_config_key", "no_iter_num", "iter_a_string", "tokens_a_float", "no_dataset"])
+    # what it trained on: its tokenizer, or a task that is its dataset (the scripts read one record alike)
+    (lambda c: c.update(dataset_meta={}), ["has no dataset_meta of the kind"]),
+    (lambda c: c["dataset_meta"].pop("tokenizer"), ["has no dataset_meta of the kind"]),
+    (lambda c: c.update(dataset_meta={"task": "reversal"}), ["has no dataset_meta of the kind"]),
+    (lambda c: c["dataset_meta"].update(train_token_sum=torch.ones(2)), ["has no record of the kind"]),
+    (lambda c: c["log"][-1].update(val_loss=torch.tensor(1.0)), ["has no record of the kind"]),
+    (lambda c: c["model_config"].update({5: 1}), ["model.py"]),
+    (lambda c: c.update(grad_norm="x"), ["has no grad_norm of the kind"]),
+], ids=["extra_model_config_key", "no_iter_num", "iter_a_string", "tokens_a_float", "no_dataset", "no_dataset_meta",
+        "no_tokenizer", "a_task_that_is_not_its_dataset", "a_tensor_in_dataset_meta", "a_tensor_in_the_log",
+        "a_model_config_key_not_a_name", "grad_norm_a_string"])
 def test_a_checkpoint_another_version_wrote_is_one_line_in_resume_sample_and_evaluate(workdir, tmp_path, change,
                                                                                         fragments):
     out = copy_run(workdir, tmp_path)
@@ -569,7 +584,7 @@ def test_log_rewrite_on_a_full_disk_keeps_the_old_log(workdir, small_disk):
     before = files(out)
     fill(disk)
     result = train(disk, "out", "--init_from=resume", "--max_iters=8", check=False)
-    assert_one_line_error(result, "No space left on device", "ckpt.pt (iteration 6) is kept")
+    assert_one_line_error(result, "No space left on device", "the other files of out are as they were")
     assert files(out) == before  # no temporary file left
 
 
@@ -605,6 +620,17 @@ def test_a_lock_note_that_is_a_link_is_replaced_never_written_through(workdir, t
     assert (tmp_path / "precious.txt").read_text() == "mine"
 
 
+def test_an_out_dir_that_is_the_runs_own_dataset_folder_is_refused(workdir, tmp_path):
+    """The run reads data/tiny, holding it beside other readers; as its --out_dir it would need it alone (a second
+    run with --overwrite=True there could delete the first's checkpoint), however the path names it."""
+    shutil.copytree(workdir / "data" / "tiny", tmp_path / "data" / "tiny")
+    before = sorted(os.listdir(tmp_path / "data" / "tiny"))
+    for out_dir in ("data/tiny", "data/x/../tiny/", os.path.join(tmp_path, "data", "tiny")):
+        result = train(tmp_path, out_dir, "--max_iters=2", "--overwrite=True", check=False)
+        assert_one_line_error(result, "holds the data this run reads; use another --out_dir")
+    assert sorted(os.listdir(tmp_path / "data" / "tiny")) == before and not (tmp_path / "data" / "x").exists()
+
+
 def test_a_second_process_in_the_same_out_dir_is_refused_saying_who_holds_it_until_the_first_dies(workdir):
     first = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *TINY, "--out_dir=out_held",
                               "--max_iters=1000000", "--eval_interval=1000000"], cwd=workdir,  # its checkpoint: 0
@@ -624,9 +650,9 @@ def test_a_second_process_in_the_same_out_dir_is_refused_saying_who_holds_it_unt
 
 
 @pytest.mark.parametrize("where, fragment", [
-    ("a_file", "(File exists: a_file)"), ("a_file/run", "(Not a directory: a_file/run)"),
+    ("a_file", "(File exists: a_file)"), ("a_file/run", "(File exists: a_file)"),
     ("read_only/run", "(Read-only file system"), ("broken_link", "(File exists: broken_link)"),
-    ("broken_link/run", "(No such file or directory: broken_link/run)")])
+    ("broken_link/run", "(File exists: broken_link)")])
 def test_an_out_dir_that_cannot_be_written_is_one_line_error_before_anything_is_made(workdir, small_disk, where,
                                                                                     fragment):
     (workdir / "a_file").write_text("")
