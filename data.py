@@ -96,7 +96,8 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
         meta.get("vocab_size")
     except (OSError, ValueError, AttributeError, RecursionError):
         meta = {}
-    if meta.get("tokenizer") in ("gpt2", "byte") and not trained:
+    known = meta.get("tokenizer") in ("gpt2", "byte")
+    if known and not trained:
         tokenizer = meta["tokenizer"]
     hint = f"`{prepare_command(dataset, False, tokenizer, 'compact_vocab' in (trained or meta))}`"
 
@@ -106,7 +107,6 @@ def check_dataset(dataset, block, vocab_size=None, trained=None, data_dir=None):
         refuse(f"{data_dir} is half replaced: a preparation was killed mid-rename",
                " (it finishes the rename first)")
     vocab = meta.get("vocab_size")
-    known = meta.get("tokenizer") in ("gpt2", "byte")
     if type(vocab) is not int or not 1 <= vocab <= 2 ** 16 or not known:
         refuse(f"{data_dir}/meta.json is not a JSON object with a tokenizer (gpt2 or "
                "byte) and a vocab_size of 1 to 65536")
