@@ -22,10 +22,9 @@ def configure(settings, defaults, argv, model_config):
     user_set = set()
     for key, text in split_args(argv, types):
         if key is None:  # a config file
-            pairs = read_config(text).items()
+            pairs, source = read_config(text).items(), text
         else:
-            pairs = [(key, command_line_value(key, text, types))]
-        source = text if key is None else "the command line"
+            pairs, source = [(key, command_line_value(key, text, types))], "the command line"
         apply(settings, defaults, pairs, source, model_config)
         user_set.update(name for name, _ in pairs)
     return user_set
@@ -59,20 +58,18 @@ def split_args(argv, types=None):
     bool); (None, arg) of others. A bool takes no .py file as its value."""
     types = types or {}
     args = list(argv)
-    pairs = []
     while args:
         arg = args.pop(0)
         key, has_value, text = arg[2:].partition("=")
         if not arg.startswith("--") or arg == "--":
-            pairs.append((None, arg))
+            yield None, arg
         elif has_value:
-            pairs.append((key, text))
+            yield key, text
         elif args and not args[0].startswith("--") and not (
                 types.get(key) is bool and args[0].endswith(".py")):
-            pairs.append((key, args.pop(0)))
+            yield key, args.pop(0)
         else:
-            pairs.append((key, None if key in types and types[key] is not bool else "True"))
-    return pairs
+            yield key, None if key in types and types[key] is not bool else "True"
 
 
 def command_line_value(key, text, types):
@@ -103,7 +100,8 @@ def read_config(path):
     try:
         with open(path, encoding="utf-8") as f:
             exec(compile(f.read(), path, "exec"), namespace)
-    except (Exception, SystemExit) as e:  # sys.exit() too: it would end the script silently
+    except (Exception, SystemExit) as e:
+        # sys.exit() too: it would end the script silently
         # the line in this file (a SyntaxError names its file and line itself)
         lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
         where = f" line {lines[-1]}" if lines and not isinstance(e, SyntaxError) else ""

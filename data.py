@@ -258,7 +258,8 @@ def introduce_run(model, batch_size, gradient_accumulation_steps, max_iters, eva
     """The write-up's data not prepared: the run, its time here (a step timed on random
     tokens), how to prepare the data, a CPU-sized run."""
     c = model.config
-    rows = min(batch_size, 4)  # a few sequences timed, scaled to the micro-batch
+    # a few sequences timed, scaled to the micro-batch
+    rows = min(batch_size, 4)
     x = torch.randint(c.vocab_size, (rows, c.context_size), device=device)
     seconds = []
     for _ in range(2):  # the first warms up

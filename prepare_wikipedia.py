@@ -23,7 +23,7 @@ import urllib3
 
 from configurator import add_flag, argument_parser
 from data import is_task
-from machinery.files import claim_folder, make_folder, release_folder
+from machinery.files import hold_folder, make_folder, release_folder
 from machinery.files import write_atomic, write_error
 from machinery.process import STOPS, fail, on_ctrl_c
 from text import get_tokenizer, read_articles, split_wikitext, without_nul
@@ -149,7 +149,8 @@ WIKITEXT103_FILES = {
         "ba090ac30dbf5461e8dcbdd1a1b8e6f3cf9c2c756d64f0c1220450acd514f720",
 }
 TIMEOUT = (10, 30)  # seconds to connect, and to wait for each read
-CHUNK = 1 << 20  # bytes written at a time: a cut download resumes there
+# bytes written at a time: a cut download resumes there
+CHUNK = 1 << 20
 
 
 class Retry(urllib3.util.Retry):
@@ -193,7 +194,8 @@ def checked_file(args, what, name, kind, checksum, url, url_flag):
         make_folder(folder)
         download(f"{url.rstrip('/')}/{name}", path, kind, checksum, url_flag,
                  f"Offline, copy {what}'s {name} into {folder}/ and run again")
-    elif file_checksum(path, kind) != checksum:  # never deleted: maybe your text
+    elif file_checksum(path, kind) != checksum:
+        # never deleted: maybe your text
         own = f"; or use it as text: --input {path} --name=NAME" * path.endswith(".txt")
         fail(f"{path} is not {what}'s {name} as published; move it away{own}")
     return path
@@ -334,7 +336,8 @@ def main(argv=None):
     out = os.path.join(args.out_dir, name)
     argv = sys.argv[1:] if argv is None else argv
     command = " ".join(["prepare_wikipedia.py", *argv])
-    claim_folder(out, command, "--name")  # no run or other prepare uses it
+    make_folder(out, "--name")
+    hold_folder(out, "--name", command)  # no run or other prepare uses it
     if finish_writing(out):  # of a prepare killed as it renamed
         print(f"{out}: a killed preparation's renames are done")
     if args.wikitext103:

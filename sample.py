@@ -59,7 +59,8 @@ except UnicodeEncodeError:
     fail(f"the prompt {start!r} is not UTF-8 text; give UTF-8")
 
 args.device, dtype = pick_device(args.device, args.dtype)
-named = ""  # the run found, said after the checks (an error is one line)
+# the run found, said after the checks (an error is one line)
+named = ""
 if args.out_dir is None:  # train.py's default: out/<dataset>
     runs = sorted(map(os.path.dirname, glob.glob(os.path.join("out", "*", "ckpt.pt"))))
     if len(runs) != 1:
@@ -74,7 +75,8 @@ autocast = torch.autocast(args.device.split(":")[0], getattr(torch, dtype),
 torch.manual_seed(args.seed)
 
 meta = checkpoint["dataset_meta"]
-if "task" in meta:  # one right answer: greedy (once a prompt), unless --top_p
+if "task" in meta:
+    # one right answer: greedy (once a prompt), unless --top_p
     task = load_task(meta["task"])
     top_k = args.top_k or (None if args.top_p else 1)
     num_samples = 1 if top_k == 1 and start is not None else args.num_samples
@@ -102,7 +104,8 @@ if unknown:
     shown = get_tokenizer(meta["tokenizer"])[1](unknown[:5])
     fail(f"the prompt has {len(unknown)} token(s) outside the model's vocabulary of "
          f"{n_vocab}, e.g. {shown!r}; use words of its training text")
-skip = 0 if prompt else 1  # no prompt: a new article, its end of text unshown
+# no prompt: a new article, its end of text unshown
+skip = 0 if prompt else 1
 prompt = prompt or [eot]
 print(named, end="", file=sys.stderr)
 stop = eot if args.stop_at_eot else None

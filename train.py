@@ -1,5 +1,4 @@
-"""
-Train the encoder-decoder of "Auto-regressive Encoder-Decoder Transformer" (Yan, 2024),
+"""Train the encoder-decoder of "Auto-regressive Encoder-Decoder Transformer" (Yan, 2024),
 its earlier draft's parallel one, or the decoder-only baseline.
 
     python train.py --dataset=reversal      # no setup: a small model reverses digits
@@ -16,14 +15,12 @@ import time
 from contextlib import nullcontext
 
 import torch
+import torch.distributed as dist
 
 from configurator import apply, configure
 from data import Batches, introduce_run, is_task, load_task, open_dataset, split_losses
 from machinery import checkpoints, hardware, process
 from model import ModelConfig, build_model, get_lr, logits_needed
-
-stop = process.StopAfterStep()  # armed: a stop finishes the step, saves, ends
-
 
 def kept():
     """The run's last line on a stop or an error: what is kept, how to go on."""
@@ -33,9 +30,9 @@ def kept():
             f"with `python train.py --out_dir={out_dir} --init_from=resume`")
 
 
-# a stop or an error of the machine ends the run with that line
-process.on_ctrl_c(kept, lower="--batch_size (a larger --gradient_accumulation_steps "
-                              "keeps the batch per step) or --context_size")
+# a stop or a machine error ends the run with that line (armed: after the step)
+stop = process.on_ctrl_c(kept, lower="--batch_size (a larger --gradient_accumulation_steps "
+                                     "keeps the batch per step) or --context_size")
 
 # -----------------------------------------------------------------------------
 # settings: the write-up's model (13 + 13 layers, 150 wide) and run (one A100, 9k steps)
@@ -76,7 +73,9 @@ user_set = configure(globals(), defaults, sys.argv[1:], ModelConfig)
 out_dir = out_dir or os.path.join("out", dataset)  # a folder per dataset
 ckpt_path = os.path.join(out_dir, "ckpt.pt")
 command = " ".join(["train.py", *sys.argv[1:]])  # who holds the folders
-master = process.MASTER  # rank 0 writes
+rank = int(os.environ.get("RANK", 0))  # this process among torchrun's (DDP)
+world_size = int(os.environ.get("WORLD_SIZE", 1))  # and their number
+master = rank == 0  # rank 0 writes
 checkpoint = trained = None  # a resume's checkpoint, and the data it records
 if init_from == "resume":  # the checkpoint's settings fill in those not set here
     checkpoint, restored = checkpoints.resume(out_dir, {"dataset": dataset, "seed": seed},
@@ -97,11 +96,14 @@ if ("task" in trained) if trained is not None else is_task(dataset):
               + ", ".join(f"{k}={v}" for k, v in own.items()))
 # -----------------------------------------------------------------------------
 # every setting's range, checked before anything is written
-least = dict(batch_size=1, gradient_accumulation_steps=1, max_iters=0, warmup_iters=0,
-             lr_decay_iters=0, eval_interval=1, log_interval=1)  # counts, at least
+least = dict(batch_size=1, max_iters=0, warmup_iters=0, lr_decay_iters=0, eval_interval=1,
+             log_interval=1)  # counts, at least
 checks = {k: (globals()[k] >= n, f"use {n} or more") for k, n in least.items()}
 checks |= {  # setting: (is the value allowed?, what to use instead)
     "init_from": (init_from in ("scratch", "resume"), "use scratch or resume"),
+    "gradient_accumulation_steps": (  # a step's micro-batches, shared by the processes
+        gradient_accumulation_steps in range(world_size, 2 ** 63, world_size),
+        "use 1 or more" if world_size == 1 else f"use a multiple of the {world_size} processes"),
     "learning_rate": (0 < learning_rate < math.inf, "use a positive number, e.g. 1e-3"),
     "min_lr": (0 <= min_lr <= learning_rate, "use 0 or a number up to learning_rate"),
     "weight_decay": (0 <= weight_decay < math.inf, "use 0 or more, e.g. 0.1"),
@@ -122,13 +124,17 @@ try:  # the model's flags, checked by ModelConfig (vocab_size: the data's, below
 except ValueError as e:
     process.fail(str(e))
 device, dtype = hardware.pick_device(device, dtype)
-if dataset == "wikitext103" and not os.path.exists(os.path.join("data", dataset)):
+if dataset == "wikitext103" and not os.path.exists("data/wikitext103/meta.json"):
     introduce_run(build_model(config), batch_size, gradient_accumulation_steps, max_iters,
                   eval_iters, eval_interval, device)
 train_config = {k: globals()[k] for k in defaults}  # saved in checkpoints
 # -----------------------------------------------------------------------------
 # processes and devices
-rank, world_size, device = process.start_ddp(device, gradient_accumulation_steps)
+if process.ddp:  # one process a device, each with its share of a step's micro-batches
+    dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+    if device.startswith("cuda"):
+        device = f"cuda:{os.environ['LOCAL_RANK']}"
+        torch.cuda.set_device(device)
 my_micro_steps = list(range(rank, gradient_accumulation_steps, world_size))
 device_type = device.split(":")[0]  # cuda, mps or cpu
 ptdtype = getattr(torch, dtype)
@@ -136,7 +142,6 @@ autocast = torch.autocast(device_type, dtype=ptdtype) if dtype != "float32" else
 # float16: the loss scaled up before backward, else gradients underflow
 scaler = torch.amp.GradScaler(device_type, enabled=dtype == "float16")
 torch.backends.cuda.matmul.allow_tf32 = True
-torch.backends.cudnn.allow_tf32 = True
 # -----------------------------------------------------------------------------
 # data: a task, or data/<dataset>; every batch fixed by (seed, iteration)
 source, block, vocab_size, meta = open_dataset(  # vocab_size: a model flag
@@ -169,8 +174,12 @@ schedule = dict(learning_rate=learning_rate, min_lr=min_lr, warmup_iters=warmup_
 
 
 @torch.no_grad()
-def estimate_loss():
-    """Mean losses of eval_iters fixed batches a split; 0: every val token once."""
+def evaluation():
+    """An evaluation's record: the mean losses of eval_iters fixed batches a split (0: every val
+    token once), and more; None if a stop came (a resume evaluates the step)."""
+    if stop.requested:
+        return None
+    _, tokens_per_sec, mfu = speed()  # of the steps before
     eval_model.eval()
     out = every_token_loss() if eval_iters == 0 else {}
     for split in ("train", "val") if eval_iters else ():
@@ -184,7 +193,10 @@ def estimate_loss():
     if task is not None:
         out["val_accuracy"] = task.score(raw_model, "val", device)[0]
     eval_model.train()
-    return out
+    return {"iter": iter_num, "tokens": tokens_seen, **out, "lr": get_lr(iter_num, **schedule),
+            "grad_norm": None if grad_norm is None else grad_norm.item(),
+            **({"grad_scale": scaler.get_scale()} if scaler.is_enabled() else {}),
+            "tokens_per_sec": tokens_per_sec, "mfu": mfu}
 
 
 def every_token_loss():
@@ -197,16 +209,13 @@ def every_token_loss():
     return out
 
 
-def evaluation():
-    """An evaluation's record; None if a stop came (a resume evaluates the step)."""
-    if stop.requested:
-        return None
-    _, tokens_per_sec, mfu = clock.speed(iter_num)
-    return {"iter": iter_num, "tokens": tokens_seen, **estimate_loss(),
-            "lr": get_lr(iter_num, **schedule),
-            "grad_norm": None if grad_norm is None else grad_norm.item(),
-            **({"grad_scale": scaler.get_scale()} if scaler.is_enabled() else {}),
-            "tokens_per_sec": tokens_per_sec, "mfu": mfu}
+def speed():
+    """(seconds a step, tokens/s, MFU) since the clock started; Nones if no step since."""
+    if iter_num == clock_iter:
+        return None, None, None
+    hardware.sync(device)  # the steps queued on a GPU, done
+    seconds = (time.time() - clock_start) / (iter_num - clock_iter)
+    return seconds, tokens_per_iter / seconds, flops_per_iter / seconds / peak_flops
 
 
 def save(record):
@@ -241,15 +250,16 @@ def save(record):
 
 tokens_per_iter = gradient_accumulation_steps * batch_size * block
 flops_per_iter = raw_model.flops_per_token(block) * tokens_per_iter / world_size
-clock = hardware.Clock(flops_per_iter, tokens_per_iter, max_iters, device, ptdtype)
+# MFU: the model's FLOP/s over a matmul's timed here (a CPU has no datasheet peak)
+cpu = device_type == "cpu"
+peak_flops = hardware.matmul_peak(device, torch.float32 if cpu else ptdtype, 4096 >> 2 * cpu, 10)
 if master:
-    processes = f"{world_size} process{'es' * (world_size > 1)}"
-    print(f"{config.variant}: {raw_model.num_params():,} parameters; {tokens_per_iter:,} "
-          f"tokens per iteration ({processes}, {device}, {dtype}); "
+    print(f"{config.variant}: {raw_model.num_params():,} parameters; {tokens_per_iter:,} tokens "
+          f"per iteration ({world_size} process{'es' * (world_size > 1)}, {device}, {dtype}); "
           + (f"resuming at iteration {iter_num}" if init_from == "resume" else "from scratch"))
-stop.arm()  # a stop now saves the step it comes in
-run_start = time.time()
-clock.restart(iter_num)
+stop.armed = True  # a stop now saves the step it comes in
+run_start = clock_start = time.time()  # the clock leaves evaluations out
+clock_iter = iter_num
 while True:
     lr = get_lr(iter_num, **schedule)
     for group in optimizer.param_groups:
@@ -259,7 +269,7 @@ while True:
         with process.stop_together():  # evaluation: rank 0's work
             record = evaluation() if master else None
         save(record)
-        clock.restart(iter_num)
+        clock_start, clock_iter = time.time(), iter_num
     if process.all_sum(stop.requested):  # all processes stop, or none
         save(None)  # the step it came in
         raise KeyboardInterrupt  # one line, saying where the last checkpoint is
@@ -293,9 +303,15 @@ while True:
         embedding = terms["embedding"]
         embedding = "" if embedding is None else f", embedding loss {embedding.item():.3e}"
         scale = f" (float16 grad scale {scaler.get_scale():.0f})" if scaler.is_enabled() else ""
+        seconds, tokens_per_sec, mfu = speed()
+        busy = " (above 100%: the CPU was busy while its peak was timed)" * (mfu > 1)
+        eta = hardware.duration((max_iters - iter_num) * seconds)
         print(f"iter {iter_num}: loss {terms['ce'].item():.4f}{embedding}, grad norm "
-              f"{grad_norm.item():.3f}{scale}, lr {lr:.2e}, {clock.progress(iter_num)}", flush=True)
+              f"{grad_norm.item():.3f}{scale}, lr {lr:.2e}, {seconds * 1000:.0f} ms/iter, "
+              f"{tokens_per_sec:,.0f} tokens/s, mfu {100 * mfu:.2f}%{busy}, ETA {eta}", flush=True)
 if master:
     print(f"done: {iter_num} iterations in {time.time() - run_start:.1f}s; checkpoint "
           f"and log in {out_dir}/")
-process.finish_ddp()
+if process.ddp:  # every process waits for the last checkpoint, then all leave together
+    dist.barrier()
+    dist.destroy_process_group()

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import torch
 
-from machinery.files import claim_folder, hold_folder, write_atomic
+from machinery.files import hold_folder, make_folder, write_atomic
 from machinery.process import MASTER, all_sum, fail, stop_together
 
 # what a checkpoint holds, and of what kind: checked as it is read
 NEEDED = {"model": dict, "model_config": dict, "train_config": dict, "dataset_meta": dict,
-          "optimizer": dict, "scaler": dict, "rng": dict, "iter_num": int,
-          "best_val_loss": float, "tokens": int, "log": list, "grad_norm": (float, type(None))}
+          "optimizer": dict, "scaler": dict, "iter_num": int, "best_val_loss": float,
+          "tokens": int, "log": list, "grad_norm": (float, type(None))}
 
 
 def read_checkpoint(ckpt_path, device, fix):
@@ -24,7 +24,8 @@ def read_checkpoint(ckpt_path, device, fix):
     if not os.path.isfile(ckpt_path):
         fail(f"no checkpoint at {ckpt_path}; train one with train.py --out_dir="
              f"{os.path.dirname(ckpt_path)}, or point --out_dir at a run's folder")
-    try:  # a zip file; torch.load does not check the CRC-32 of its records
+    try:
+        # a zip file; torch.load does not check the CRC-32 of its records
         with zipfile.ZipFile(ckpt_path) as archive:
             damaged = archive.testzip()
     except (zipfile.BadZipFile, OSError, EOFError):
@@ -70,7 +71,8 @@ def load_checkpoint(out_dir, device="cpu", fix="use another run's --out_dir", bu
     try:
         model = build(checkpoint["model_config"])
         model.load_state_dict(checkpoint["model"])
-    except Exception as e:  # e.g. a model_config key model.py lacks: TypeError
+    except Exception as e:
+        # e.g. a model_config key model.py lacks: TypeError
         fail(f"checkpoint {ckpt_path} does not fit this model.py ({type(e).__name__}: "
              f"{str(e).splitlines()[0][:200]}); {fix}")
     return checkpoint, model.to(device).eval()
@@ -79,7 +81,8 @@ def load_checkpoint(out_dir, device="cpu", fix="use another run's --out_dir", bu
 def resume(out_dir, asked, user_set, command):
     """The checkpoint a run resumes, and the settings it restores."""
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
-    if MASTER and os.path.isfile(ckpt_path):  # else a second run repeats its steps
+    # held before it is read: else a second run repeats its steps
+    if MASTER and os.path.isfile(ckpt_path):
         hold_folder(out_dir, "--out_dir", command)
     fix = "restore a good copy or train from scratch in a new --out_dir"
     checkpoint = read_checkpoint(ckpt_path, "cpu", fix)
@@ -104,7 +107,8 @@ def start(checkpoint, model, optimizer, scaler, settings, command):
     run = None
     with stop_together():
         if MASTER:  # one process at a time in out_dir (a resume holds it)
-            claim_folder(out_dir, command)
+            make_folder(out_dir)
+            hold_folder(out_dir, "--out_dir", command)
             names = ("ckpt.pt", "log.jsonl") if checkpoint is None else ()
             earlier = [n for n in names if os.path.lexists(os.path.join(out_dir, n))]
             if earlier and not settings["overwrite"]:  # a fresh run keeps them
@@ -146,7 +150,8 @@ def write_log(out_dir, log):
     text = "".join(json.dumps(record) + "\n" for record in log).encode()
     if os.path.isfile(path) and Path(path).read_bytes() == text:
         return
-    new = f"{path}.new"  # whole before the old moves: a full disk changes nothing
+    # whole before the old moves: a full disk changes nothing
+    new = f"{path}.new"
     write_atomic(new, text, f"; the other files of {out_dir} are as they were")
     if os.path.lexists(path):
         aside = next(f"{path}.aside{n}" for n in range(1, 10 ** 6)
@@ -157,17 +162,13 @@ def write_log(out_dir, log):
 
 
 def restore(checkpoint, model, optimizer, scaler):
-    """Load the weights, optimizer, scale and random state, or one line."""
-    rng = checkpoint["rng"]
-    device_type = next(model.parameters()).device.type
-    try:  # weights of another shape or model, a random state not a tensor
+    """Load the weights, optimizer and scale, or one line. (No random state: every draw
+    of a step comes from the seed and the iteration, data.Batches.)"""
+    try:  # weights of another shape or model
         model.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         if scaler.is_enabled() and checkpoint["scaler"]:  # float16 resumed exactly
             scaler.load_state_dict(checkpoint["scaler"])
-        torch.set_rng_state(rng["cpu"].cpu())
-        if device_type != "cpu" and rng.get(device_type) is not None:  # cuda or mps
-            getattr(torch, device_type).set_rng_state(rng[device_type].cpu())
     except (RuntimeError, ValueError, TypeError, AttributeError, KeyError) as e:
         detail = (str(e).strip() or "?").splitlines()[0][:200]
         fail(f"the checkpoint's weights or state do not fit this run ({type(e).__name__}: "
@@ -178,8 +179,7 @@ def restore(checkpoint, model, optimizer, scaler):
 
 
 def save(out_dir, record, checkpoint, kept):
-    """Log rank 0's record, write its checkpoint (either may be None), or stop every
-    process; returns, in each, whether a checkpoint was written."""
+    """Log rank 0's record, write its checkpoint (either may be None): was one written?"""
     with stop_together():
         if record is not None:
             losses = {k: v for k, v in record.items() if k.endswith("loss") and v is not None}
@@ -190,10 +190,6 @@ def save(out_dir, record, checkpoint, kept):
             except OSError as e:
                 fail(f"could not write {out_dir}/log.jsonl ({e.strerror}); {kept}")
         if checkpoint is not None:
-            checkpoint["rng"] = {"cpu": torch.get_rng_state()}
-            device_type = next(iter(checkpoint["model"].values())).device.type
-            if device_type in ("cuda", "mps"):  # a resume draws as this run would
-                checkpoint["rng"][device_type] = getattr(torch, device_type).get_rng_state()
             buffer = io.BytesIO()  # torch's zip writer garbles a full disk error
             torch.save(checkpoint, buffer)
             write_atomic(os.path.join(out_dir, "ckpt.pt"), buffer.getbuffer(), f"; {kept}")
@@ -226,7 +222,8 @@ def start_wandb(settings, checkpoint):
         run = wandb.init(project=settings["wandb_project"], resume="allow",
                          name=settings["wandb_run_name"] or settings["out_dir"],
                          id=checkpoint and checkpoint.get("wandb_run_id"))
-        run.config.update(settings, allow_val_change=True)  # a resume may change them
+        # a resume may change them
+        run.config.update(settings, allow_val_change=True)
     except Exception as e:  # no API key, no network
         detail = (str(e).strip() or "?").splitlines()[0][:200]
         fail(f"W&B could not start ({type(e).__name__}: {detail}); log in (`wandb login`), "

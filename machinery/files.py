@@ -32,17 +32,11 @@ def write_atomic(path, data, kept=""):  # data: bytes, or a function of a file
         fail(f"could not write {path}: {write_error(path, e)}{kept}")
 
 
-def make_folder(folder, what="--out_dir"):  # the folders it made, outermost first
-    made = []
+def make_folder(folder, what="--out_dir"):  # no folder is ever removed
     try:
-        for path in [*reversed(Path(folder).parents), Path(folder)]:  # ".." as written
-            if not os.path.isdir(path):
-                os.mkdir(path)
-                made.append(os.path.realpath(path))
+        Path(folder).mkdir(parents=True, exist_ok=True)  # an error names the part in the way
     except OSError as e:
-        fail(f"cannot make {what}={folder} ({e.strerror}: {e.filename}); "
-             f"choose another {what}")
-    return made
+        fail(f"cannot make {what}={folder} ({e.strerror}: {e.filename}); choose another {what}")
 
 
 def hold_folder(folder, what, command, shared=False):
@@ -90,17 +84,6 @@ def let_go(lock):  # release a lock, and remove its file and note
         with suppress(OSError):  # e.g. a folder in the way: it stays
             Path(lock.lock_file).unlink(missing_ok=True)
             Path(note_of(lock.lock_file)).unlink(missing_ok=True)
-
-
-def claim_folder(folder, command, what="--out_dir"):  # a refusal leaves none made
-    for made in make_folder(folder, what):  # at exit, innermost first, if empty
-        atexit.register(remove_if_empty, made)
-    hold_folder(folder, what, command)
-
-
-def remove_if_empty(path):
-    with suppress(OSError):
-        os.rmdir(path)
 
 
 def release_folder(folder):  # for a caller going on after its work there

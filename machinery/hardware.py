@@ -1,4 +1,4 @@
-"""The device and its clock: where a script runs; train.py's speed, ETA and MFU."""
+"""The device: where a script runs, in what precision; how fast it multiplies matrices."""
 import os
 import re
 import time
@@ -62,36 +62,3 @@ def duration(seconds):
     units = [(1e-3, "ms", 1), (1, "s", 90), (60, "min", 90 * 60), (3600, "h", 48 * 3600)]
     size, unit = next(((s, u) for s, u, below in units if seconds < below), (86400, "days"))
     return f"{seconds / size:.{int(size > 60)}f} {unit}"
-
-
-class Clock:
-    """Since restart: ms a step, tokens/s, MFU (the model's FLOP/s over a matmul's here: a
-    CPU has no datasheet peak) and an ETA (evaluations left out)."""
-
-    def __init__(self, flops_per_iter, tokens_per_iter, max_iters, device, dtype):
-        self.flops_per_iter = flops_per_iter  # of this process's share
-        self.tokens_per_iter = tokens_per_iter
-        self.max_iters = max_iters
-        self.device = device
-        cpu = device == "cpu"
-        self.peak_flops = matmul_peak(device, torch.float32 if cpu else dtype, 4096 >> 2 * cpu, 10)
-
-    def restart(self, iter_num):  # after an evaluation, which the clock leaves out
-        self.start = time.time()
-        self.start_iter = iter_num
-
-    def speed(self, iter_num):
-        """(seconds a step, tokens/s, MFU) since restart; Nones if no step."""
-        if iter_num == self.start_iter:
-            return None, None, None
-        sync(self.device)
-        seconds = (time.time() - self.start) / (iter_num - self.start_iter)
-        flops = self.flops_per_iter / seconds
-        return seconds, self.tokens_per_iter / seconds, flops / self.peak_flops
-
-    def progress(self, iter_num):
-        seconds, tokens_per_sec, mfu = self.speed(iter_num)
-        busy = " (above 100%: the CPU was busy while its peak was timed)" * (mfu > 1)
-        share = f"{100 * mfu:.2g}" if mfu < 0.1 else f"{100 * mfu:.0f}"  # 0.031, 5.2, 45
-        return (f"{seconds * 1000:.0f} ms/iter, {tokens_per_sec:,.0f} tokens/s, mfu {share}%"
-                f"{busy}, ETA {duration((self.max_iters - iter_num) * seconds)}")

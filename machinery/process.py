@@ -1,7 +1,6 @@
 """How a script stops: in one line, not a traceback; train.py after a step; DDP's processes
 (torchrun's, training as one) together."""
 import atexit
-import math
 import os
 import re
 import signal
@@ -16,7 +15,6 @@ STOPS = [s for s in (getattr(signal, n, None) for n in ("SIGINT", "SIGTERM", "SI
          if s and signal.getsignal(s) != signal.SIG_IGN]
 MASTER = int(os.environ.get("RANK", 0)) == 0  # rank 0 speaks for a DDP run
 ddp = "RANK" in os.environ  # started by torchrun
-device = "cpu"  # this process's device, set by start
 
 
 def fail(message):
@@ -47,8 +45,28 @@ def machine_error(error, lower):
     return None
 
 
+class Stop:
+    """A stop (Ctrl-C, SIGTERM, SIGHUP) raises KeyboardInterrupt, and the stops after it are
+    ignored; once armed (train.py), a first stop only asks the run to finish its step."""
+    armed = requested = False
+    saved_iter = None  # train.py: the iteration of the checkpoint on disk
+
+    def __call__(self, signum, frame):
+        if self.armed and not (self.requested and signum == signal.SIGINT):
+            # on stdout, at once (the last line comes on stderr); a second: nothing
+            if MASTER and not self.requested:
+                print(f"{signal.Signals(signum).name}: finishing this step, then saving a "
+                      "checkpoint (a second Ctrl-C ends the run at once)", flush=True)
+            self.requested = True
+            return
+        for stop in STOPS:
+            # not SIG_IGN: a stop on its way would print a warning
+            signal.signal(stop, lambda *args: None)
+        raise KeyboardInterrupt
+
+
 def on_ctrl_c(kept, lower="the sizes asked for"):
-    """A stop (Ctrl-C, SIGTERM, SIGHUP) or machine error: one line, with kept."""
+    """One line, with kept, for a stop or a machine error; returns the Stop."""
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):  # not when a test has replaced it
             stream.reconfigure(errors="backslashreplace")
@@ -58,11 +76,6 @@ def on_ctrl_c(kept, lower="the sizes asked for"):
             sys.stdout.flush()
         except BrokenPipeError:  # no reader: what is left goes to os.devnull
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-    def stop_once(signum, frame):  # a second stop is ignored
-        for stop in STOPS:  # not SIG_IGN: a stop on its way would print a warning
-            signal.signal(stop, lambda *args: None)
-        raise KeyboardInterrupt
 
     def hook(kind, value, tb):
         if issubclass(kind, BrokenPipeError):  # no reader: quiet
@@ -80,51 +93,18 @@ def on_ctrl_c(kept, lower="the sizes asked for"):
         atexit._run_exitfuncs()  # the folders' locks let go, output flushed
         os._exit(130)  # and no second stop in the interpreter's shutdown
     atexit.register(flush)
-    for stop in STOPS:
-        signal.signal(stop, stop_once)
+    stop = Stop()
+    for signum in STOPS:
+        signal.signal(signum, stop)
     sys.excepthook = hook
-
-
-class StopAfterStep:
-    """Once armed, a stop finishes the step (or evaluation); the run saves it, ends."""
-    requested = False
-    saved_iter = None  # the iteration of the checkpoint on disk
-
-    def arm(self):
-        for stop in STOPS:
-            signal.signal(stop, self.stop)
-
-    def stop(self, signum, frame):
-        if self.requested and signum == signal.SIGINT:  # a second Ctrl-C: at once
-            raise KeyboardInterrupt
-        # at once, on stdout (the last line comes on stderr); a second: nothing
-        if MASTER and not self.requested:
-            print(f"{signal.Signals(signum).name}: finishing this step, then saving a checkpoint "
-                  "(a second Ctrl-C ends the run at once)", flush=True)
-        self.requested = True
-
-
-def start_ddp(device_asked, gradient_accumulation_steps):  # rank, world, device
-    global device
-    device = device_asked
-    if not ddp:
-        return 0, 1, device
-    dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
-    world_size = dist.get_world_size()
-    if gradient_accumulation_steps % world_size:  # a step's micro-batches, shared
-        fit = math.lcm(gradient_accumulation_steps, world_size)
-        fail(f"--gradient_accumulation_steps must be a multiple of the {world_size} "
-             f"processes: {gradient_accumulation_steps} is not; use e.g. {fit}")
-    if device.startswith("cuda"):
-        device = f"cuda:{os.environ['LOCAL_RANK']}"
-        torch.cuda.set_device(device)
-    return dist.get_rank(), world_size, device
+    return stop
 
 
 def all_sum(value):  # over the processes, else value
     if not ddp:
         return value
-    total = torch.tensor([value], dtype=torch.double, device=device)
+    on = "cuda" if dist.get_backend() == "nccl" else "cpu"  # NCCL: this process's GPU
+    total = torch.tensor([value], dtype=torch.double, device=on)
     dist.all_reduce(total)
     return total.item()
 
@@ -146,9 +126,3 @@ def stop_together():
             sys.excepthook(type(error), error, error.__traceback__)
         dist.barrier()
         raise SystemExit(1)
-
-
-def finish_ddp():  # every process waits for the last checkpoint, then all leave together
-    if ddp:
-        dist.barrier()
-        dist.destroy_process_group()

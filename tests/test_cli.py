@@ -111,7 +111,7 @@ def test_a_boolean_that_is_not_true_or_false_is_one_line_error(script, monkeypat
 def test_the_settings_a_study_passes_to_train_py_take_the_same_grammar():
     assert study.parse_overrides(["--n_layer", "1", "--compile", "--dtype=float32", "--rotary", "true"]) == {
         "n_layer": 1, "compile": True, "dtype": "float32", "rotary": "true"}  # as train.py reads them
-    assert configurator.split_args(["--n_layer", "1", "--compile", "--dtype=float32"]) == [
+    assert list(configurator.split_args(["--n_layer", "1", "--compile", "--dtype=float32"])) == [
         ("n_layer", "1"), ("compile", "True"), ("dtype", "float32")]
 
 

@@ -506,7 +506,7 @@ def test_the_command_prepare_suggests_trains_the_cpu_sized_encoder_decoder_on_it
     assert "eval 0: train loss" in result.stdout
 
 
-@pytest.mark.parametrize("where, phrase", [("a_file", "(File exists"), ("a_file/x", "(File exists")])
+@pytest.mark.parametrize("where, phrase", [("a_file", "(Not a directory"), ("a_file/x", "(Not a directory")])
 def test_an_out_dir_that_cannot_hold_the_dataset_is_one_line_error(tmp_path, where, phrase):
     (tmp_path / "a_file").write_text("")
     (tmp_path / "t.txt").write_text(" = T = \n Text .\n")
@@ -623,19 +623,18 @@ def test_a_run_does_not_start_on_a_dataset_being_prepared(workdir, tmp_path):
         assert not (tmp_path / "out").exists()
 
 
-def test_a_refused_preparation_leaves_no_empty_dataset_folder(tmp_path):
+def test_a_refused_preparation_writes_no_file_and_removes_no_folder(tmp_path):
+    """The folders it made stay, empty; nothing it did not make is touched, even through '..'."""
     (tmp_path / "short.txt").write_text("too short\n")
-    result = run("prepare_wikipedia.py", "--input", "short.txt", "--name", "short", "--tokenizer", "byte", cwd=tmp_path,
-                 check=False)
-    assert_one_line_error(result, "no article of at least --min_chars=500 characters")
-    assert sorted(os.listdir(tmp_path)) == ["short.txt"]
-    # those it made only: not a folder of yours that a path through one it made ('..') names
     (tmp_path / "data" / "short").mkdir(parents=True)
-    for out_dir in ("made/../data", "a/b/../c"):
+    (tmp_path / "data" / "short" / "yours.txt").write_text("kept")
+    for out_dir in ("data", "made/../data", "a/b/../c"):
         result = run("prepare_wikipedia.py", "--input", "short.txt", "--name", "short", "--tokenizer", "byte",
                      f"--out_dir={out_dir}", cwd=tmp_path, check=False)
         assert_one_line_error(result, "no article of at least --min_chars=500 characters")
-        assert sorted(os.listdir(tmp_path)) == ["data", "short.txt"] and os.listdir(tmp_path / "data") == ["short"]
+    assert sorted(os.listdir(tmp_path)) == ["a", "data", "made", "short.txt"]
+    assert os.listdir(tmp_path / "data") == ["short"] and os.listdir(tmp_path / "data" / "short") == ["yours.txt"]
+    assert os.listdir(tmp_path / "a" / "c" / "short") == [] and os.listdir(tmp_path / "made") == []
 
 
 def test_no_flags_prepare_wikitext103_as_the_write_up_names_it(wikitext103_host, tmp_path, capsys):

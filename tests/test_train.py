@@ -55,6 +55,16 @@ def test_resumed_run_logs_exactly_the_losses_of_an_uninterrupted_run(workdir):
     assert full[-1]["train_loss"] < full[0]["train_loss"]  # it did learn something
 
 
+def test_a_resume_with_dropout_logs_the_losses_of_an_unbroken_run_with_no_random_state_saved(workdir):
+    """Dropout's masks are a step's only random draws, seeded from (seed, iteration, micro-step): the random
+    generator's state when the checkpoint was written does not matter, and is not saved."""
+    train(workdir, "out_dropout_unbroken", "--max_iters=4", "--dropout=0.2")
+    train(workdir, "out_dropout_resumed", "--max_iters=2", "--dropout=0.2")
+    assert "rng" not in torch.load(workdir / "out_dropout_resumed" / "ckpt.pt", weights_only=True)
+    run("train.py", "--out_dir=out_dropout_resumed", "--init_from=resume", "--max_iters=4", cwd=workdir)
+    assert losses(log(workdir, "out_dropout_resumed")) == losses(log(workdir, "out_dropout_unbroken"))
+
+
 def test_another_runs_checkpoint_in_a_runs_folder_is_resumed_as_the_record_and_the_folders_log_kept_whole(
         workdir, tmp_path):
     """A baseline's ckpt.pt (iteration 2) copied over an encoder-decoder run's (iteration 6): the checkpoint is the
@@ -115,7 +125,7 @@ def test_checkpoint_holds_what_a_resume_needs(workdir):
     assert checkpoint["iter_num"] == 6
     assert checkpoint["model_config"]["n_layer"] == 1 and checkpoint["model_config"]["embedding_loss"] == "mse"
     assert checkpoint["train_config"]["batch_size"] == 4 and checkpoint["train_config"]["dataset"] == "tiny"
-    assert {"model", "optimizer", "best_val_loss", "rng"} <= set(checkpoint)
+    assert {"model", "optimizer", "best_val_loss"} <= set(checkpoint)
     assert not glob.glob(str(workdir / "out_full" / "*.tmp"))  # written to a temporary file, then renamed
 
 
@@ -279,7 +289,7 @@ def test_compile_without_a_cpp_compiler_is_one_line_naming_the_fix(workdir, tmp_
     env = {"CXX": "/nonexistent/g++", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
     result = train(workdir, "out_no_cxx/run", "--max_iters=2", "--compile=True", check=False, env=env)
     assert_compile_failure_is_one_line(result, "install a C++ compiler")
-    assert not (workdir / "out_no_cxx").exists()
+    assert os.listdir(workdir / "out_no_cxx" / "run") == []  # the folder it made; no file
 
 
 def test_a_compiler_bug_of_any_torch_release_is_one_line_naming_compile_false(workdir):
@@ -378,13 +388,13 @@ def test_wandb_starts_after_every_check_and_a_resume_goes_on_in_the_same_wandb_r
     assert [step for kind, step in calls() if kind == "log"] == [0, 2, 4]
 
 
-def test_wandb_that_cannot_start_is_one_line_naming_the_fixes_and_leaves_nothing(workdir, fake_wandb):
+def test_wandb_that_cannot_start_is_one_line_naming_the_fixes_and_writes_nothing(workdir, fake_wandb):
     env, _ = fake_wandb
     error = "api_key not configured (no-tty). call wandb.login(key=[your_api_key])"
     result = train(workdir, "out_wandb_no_key", "--wandb_log=True", check=False, env={**env, "FAKE_WANDB_ERROR": error})
     assert_one_line_error(result, f"W&B could not start (UsageError: {error})", "`wandb login`",
                           "WANDB_MODE=offline", "--wandb_log=False")
-    assert not os.path.exists(workdir / "out_wandb_no_key")
+    assert os.listdir(workdir / "out_wandb_no_key") == []  # the folder it made, empty (no folder is ever removed)
 
 # -----------------------------------------------------------------------------
 # a new run in an existing folder
@@ -495,8 +505,7 @@ def test_a_checkpoint_another_version_wrote_is_one_line_in_resume_sample_and_eva
     (lambda c: c["train_config"].update(seed="1337"), "seed='1337' in out/ckpt.pt's train_config has the wrong type"),
     (lambda c: c["model"].popitem(), "the checkpoint's weights or state do not fit this run"),
     (lambda c: c.update(optimizer={"state": {}, "param_groups": []}), "do not fit this run (ValueError"),
-    (lambda c: c.update(rng={"cpu": "x"}), "do not fit this run (AttributeError"),
-], ids=["learning_rate_none", "seed_a_string", "a_weight_missing", "optimizer_of_another_model", "rng_a_string"])
+], ids=["learning_rate_none", "seed_a_string", "a_weight_missing", "optimizer_of_another_model"])
 def test_a_checkpoint_whose_settings_or_state_do_not_fit_is_one_line_at_resume(workdir, tmp_path, change, fragment):
     out = copy_run(workdir, tmp_path)
     checkpoint = torch.load(out / "ckpt.pt", weights_only=True)
@@ -628,7 +637,8 @@ def test_an_out_dir_that_is_the_runs_own_dataset_folder_is_refused(workdir, tmp_
     for out_dir in ("data/tiny", "data/x/../tiny/", os.path.join(tmp_path, "data", "tiny")):
         result = train(tmp_path, out_dir, "--max_iters=2", "--overwrite=True", check=False)
         assert_one_line_error(result, "holds the data this run reads; use another --out_dir")
-    assert sorted(os.listdir(tmp_path / "data" / "tiny")) == before and not (tmp_path / "data" / "x").exists()
+    assert sorted(os.listdir(tmp_path / "data" / "tiny")) == before
+    assert os.listdir(tmp_path / "data" / "x") == []  # made on the way, never removed
 
 
 def test_a_second_process_in_the_same_out_dir_is_refused_saying_who_holds_it_until_the_first_dies(workdir):
@@ -650,7 +660,7 @@ def test_a_second_process_in_the_same_out_dir_is_refused_saying_who_holds_it_unt
 
 
 @pytest.mark.parametrize("where, fragment", [
-    ("a_file", "(File exists: a_file)"), ("a_file/run", "(File exists: a_file)"),
+    ("a_file", "(File exists: a_file)"), ("a_file/run", "(Not a directory: a_file/run)"),
     ("read_only/run", "(Read-only file system"), ("broken_link", "(File exists: broken_link)"),
     ("broken_link/run", "(File exists: broken_link)")])
 def test_an_out_dir_that_cannot_be_written_is_one_line_error_before_anything_is_made(workdir, small_disk, where,
@@ -913,8 +923,8 @@ def test_a_resume_sets_aside_a_log_with_records_its_checkpoint_does_not_carry_wh
     assert [r["iter"] for r in log(tmp_path, "out")] == [0, 2, 4, 6, 8]
 
 
-@pytest.mark.parametrize("missing", [["optimizer"], ["rng"], ["optimizer", "scaler"]], ids="+".join)
-def test_a_checkpoint_without_the_optimizer_or_random_state_is_refused_naming_what_it_lacks(workdir, tmp_path,
+@pytest.mark.parametrize("missing", [["optimizer"], ["scaler"], ["optimizer", "scaler"]], ids="+".join)
+def test_a_checkpoint_without_the_optimizer_or_scaler_state_is_refused_naming_what_it_lacks(workdir, tmp_path,
                                                                                            missing):
     """Every checkpoint train.py writes has them; one without is not train.py's, or an older version's."""
     out = copy_run(workdir, tmp_path)
