@@ -84,6 +84,7 @@ if init_from == "resume":  # the checkpoint's settings fill in those not set her
     apply(globals(), defaults, restored.items(), f"{ckpt_path}'s train_config", ModelConfig)
     user_set |= restored.keys()
     trained = checkpoint["dataset_meta"]
+    stop.saved_iter = checkpoint["iter_num"]  # on disk from the start: a stop names it
 task = None  # a generated task: as the checkpoint records it, else by its name
 if ("task" in trained) if trained is not None else is_task(dataset):
     # a task's DEFAULTS set its model and schedule, not where it writes
@@ -103,7 +104,7 @@ checks |= {  # setting: (is the value allowed?, what to use instead)
     "init_from": (init_from in ("scratch", "resume"), "use scratch or resume"),
     "gradient_accumulation_steps": (  # a step's micro-batches, shared by the processes
         gradient_accumulation_steps in range(world_size, 2 ** 63, world_size),
-        "use 1 or more" if world_size == 1 else f"use a multiple of the {world_size} processes"),
+        f"use {world_size} or a multiple of it: a micro-batch or more for each process"),
     "learning_rate": (0 < learning_rate < math.inf, "use a positive number, e.g. 1e-3"),
     "min_lr": (0 <= min_lr <= learning_rate, "use 0 or a number up to learning_rate"),
     "weight_decay": (0 <= weight_decay < math.inf, "use 0 or more, e.g. 0.1"),
@@ -156,7 +157,6 @@ optimizer = raw_model.configure_optimizer(weight_decay, learning_rate, (beta1, b
                                           device_type)
 iter_num, best_val_loss, tokens_seen, grad_norm, logged, wandb_run = checkpoints.start(
     checkpoint, raw_model, optimizer, scaler, train_config, command)
-stop.saved_iter = iter_num if checkpoint is not None else None
 checkpoint = None  # free the memory
 # no (B, T, vocab) logits where they would be large (model.logits_needed)
 return_logits = logits_needed(config, device_type, batch_size * block)

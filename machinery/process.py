@@ -55,8 +55,8 @@ class Stop:
         if self.armed and not (self.requested and signum == signal.SIGINT):
             # on stdout, at once (the last line comes on stderr); a second: nothing
             if MASTER and not self.requested:
-                print(f"{signal.Signals(signum).name}: finishing this step, then saving a "
-                      "checkpoint (a second Ctrl-C ends the run at once)", flush=True)
+                print(f"{signal.Signals(signum).name}: finishing this step, then ending the run "
+                      "(a second Ctrl-C ends it at once)", flush=True)
             self.requested = True
             return
         for stop in STOPS:

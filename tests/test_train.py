@@ -762,6 +762,16 @@ def test_ctrl_c_in_the_first_seconds_is_one_line_too(workdir):
     result = interrupted_at("data", "check_dataset", "train.py", *TINY, "--out_dir=out_early", cwd=workdir)
     assert_interrupted(result, "no checkpoint was saved yet")
 
+
+def test_ctrl_c_as_a_resume_starts_names_the_checkpoint_it_resumes(workdir, tmp_path):
+    """Stopped before its first step, the resumed run's checkpoint is on disk as it was: the line says so."""
+    out = copy_run(workdir, tmp_path)
+    before = (out / "ckpt.pt").read_bytes()
+    result = interrupted_at("data", "check_dataset", "train.py", "--out_dir=out", "--init_from=resume",
+                            "--max_iters=8", cwd=tmp_path)
+    assert_interrupted(result, "the last checkpoint is out/ckpt.pt (iteration 6)")
+    assert (out / "ckpt.pt").read_bytes() == before
+
 # -----------------------------------------------------------------------------
 # the numbers: the same before and after the code was reorganised into modules named for what they hold
 
@@ -819,7 +829,7 @@ def test_a_stop_finishes_its_step_saves_it_and_the_resume_logs_the_unbroken_runs
     out = f"out_stop_{'_'.join(stops)}"
     result = run_with_hook(stop_in_the_third_step(*stops), *TINY, f"--out_dir={out}", "--max_iters=6", cwd=workdir)
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
-    assert f"{stops[0]}: finishing this step, then saving a checkpoint" in result.stdout
+    assert f"{stops[0]}: finishing this step, then ending the run" in result.stdout
     assert result.stderr.strip() == (f"interrupted: the last checkpoint is {out}/ckpt.pt (iteration 3); "
                                      f"continue with `python train.py --out_dir={out} --init_from=resume`")
     assert torch.load(workdir / out / "ckpt.pt", weights_only=True)["iter_num"] == 3
