@@ -59,8 +59,8 @@ def hold_folder(folder, what, command, shared=False):
     except OSError as e:  # filelock.Timeout too: another process holds it
         let_go(lock)
         if not isinstance(e, filelock.Timeout):
-            fail(f"{folder} cannot be locked ({e.strerror}: {e.filename}); remove what "
-                 f"is in the way, or use another {what} on a file system with locks")
+            fail(f"{folder} cannot be locked ({e.strerror}: {e.filename}); make it writable, "
+                 f"remove what is in the way, or use another {what} on a file system with locks")
         who = "another process"
         with suppress(OSError), open(note_of(e.lock_file), encoding="utf-8") as f:
             who = f.read().strip() or who
